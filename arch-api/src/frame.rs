@@ -1,0 +1,63 @@
+//! Physical frames: where they come from and how the kernel reaches them.
+
+use crate::PhysAddr;
+
+/// Why a frame request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// No run of free frames large enough.
+    OutOfFrames,
+    /// Size zero, or size / alignment not a multiple of the granule, or
+    /// alignment not a power of two.
+    BadLayout,
+    /// The range freed was not allocated (double free, or not from this source).
+    NotAllocated,
+}
+
+impl core::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            FrameError::OutOfFrames => "out of physical frames",
+            FrameError::BadLayout => {
+                "frame size or alignment is not a power-of-two multiple of the granule"
+            }
+            FrameError::NotAllocated => "freed range was not allocated from this source",
+        })
+    }
+}
+
+/// The OS's page allocator, as the walker (table pages), vmalloc (backing
+/// pages) and the slab allocator (slab pages) see it.
+///
+/// Frames are not zeroed: a user that needs zeroed memory (page tables do)
+/// clears it through [`PhysMap`].
+pub trait FrameSource: Sync {
+    /// The smallest unit handed out, in bytes (a power of two).
+    fn granule(&self) -> u64;
+
+    /// Allocates `size` bytes of contiguous frames aligned to `align` bytes.
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError>;
+
+    /// Returns a range obtained from [`alloc`](Self::alloc) with the same `size`.
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError>;
+}
+
+/// How the kernel reaches physical memory (Linux's direct map, `__va`).
+pub trait PhysMap: Sync {
+    /// A pointer through which the frame at `addr` can be read and written.
+    /// Only meaningful for addresses the matching [`FrameSource`] handed out.
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8;
+}
+
+/// A linear direct map: `virt = phys + offset` (bare-metal kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffsetPhysMap {
+    /// Added to a physical address to get its direct-map virtual address.
+    pub offset: u64,
+}
+
+impl PhysMap for OffsetPhysMap {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        addr.as_u64().wrapping_add(self.offset) as *mut u8
+    }
+}

@@ -1,0 +1,346 @@
+//! A counted software model of the TLBs of N simulated CPUs (hosted only).
+//!
+//! Each CPU remembers every translation it has used ([`SoftTlb::touch`]) until
+//! a flush covering it. The model keeps no capacity limit on purpose: a real
+//! TLB may evict early, but nothing guarantees it, so "may still hold" is the
+//! safe answer. That is the question lazy purging must never get wrong:
+//! [`SoftTlb::holder`] answers "may any CPU still hold a translation in
+//! `[a, b)`?" before a virtual range is handed out again.
+//!
+//! Flushes are initiated from one CPU ([`SoftTlb::on`]) and, as for kernel
+//! (global) mappings on x86, reach every other CPU by a shootdown IPI; each
+//! event is counted and charged per the [`CostModel`].
+
+use crate::cost::{CostModel, busy_wait_ns};
+use crate::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush, VirtAddr};
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::vec::Vec;
+
+/// Counters of a [`SoftTlb`], as reported by the harness.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlbStats {
+    /// Flush operations (a range flush is one event).
+    pub flush_events: u64,
+    /// Pages invalidated one by one.
+    pub pages_flushed: u64,
+    /// Full flushes (explicit, or a range above the ceiling).
+    pub full_flushes: u64,
+    /// Shootdown interrupts sent to remote CPUs.
+    pub ipis: u64,
+    /// Nanoseconds charged by the cost model (`tlb_cost_ns`).
+    pub cost_ns: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    flush_events: AtomicU64,
+    pages_flushed: AtomicU64,
+    full_flushes: AtomicU64,
+    ipis: AtomicU64,
+    cost_ns: AtomicU64,
+}
+
+/// The TLBs of `cpus` simulated CPUs.
+pub struct SoftTlb {
+    page_shift: u32,
+    ceiling: u64,
+    cost: CostModel,
+    cpus: Vec<Mutex<BTreeSet<u64>>>,
+    counters: Counters,
+}
+
+impl core::fmt::Debug for SoftTlb {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SoftTlb")
+            .field("cpus", &self.cpus.len())
+            .field("page_size", &(1u64 << self.page_shift))
+            .field("ceiling", &self.ceiling)
+            .field("cost", &self.cost)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl SoftTlb {
+    /// A model of `cpus` CPUs (at least 1) translating pages of `page_size`
+    /// bytes (a power of two), with Linux's 33-page flush ceiling.
+    pub fn new(cpus: usize, page_size: u64, cost: CostModel) -> Self {
+        assert!(
+            page_size.is_power_of_two(),
+            "page size must be a power of two"
+        );
+        Self {
+            page_shift: page_size.trailing_zeros(),
+            ceiling: DEFAULT_FLUSH_CEILING_PAGES,
+            cost,
+            cpus: (0..cpus.max(1))
+                .map(|_| Mutex::new(BTreeSet::new()))
+                .collect(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Changes the range-flush ceiling (pages).
+    pub fn with_ceiling(mut self, pages: u64) -> Self {
+        self.ceiling = pages;
+        self
+    }
+
+    /// Number of simulated CPUs.
+    pub fn cpus(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// The page size translations are tracked in.
+    pub fn page_size(&self) -> u64 {
+        1 << self.page_shift
+    }
+
+    /// The cost model in force.
+    pub fn cost(&self) -> CostModel {
+        self.cost
+    }
+
+    /// `cpu` used the translation of the page containing `va` (it is now cached).
+    pub fn touch(&self, cpu: usize, va: VirtAddr) {
+        let pn = va.as_u64() >> self.page_shift;
+        self.set(cpu).insert(pn);
+    }
+
+    /// Some CPU that may still hold a translation in `[start, end)`, and the
+    /// lowest such page; `None` when no CPU can.
+    pub fn holder(&self, start: VirtAddr, end: VirtAddr) -> Option<(usize, VirtAddr)> {
+        if end <= start {
+            return None;
+        }
+        let (first, last) = self.page_span(start, end);
+        self.cpus.iter().enumerate().find_map(|(cpu, set)| {
+            let set = set.lock().unwrap_or_else(|e| e.into_inner());
+            set.range(first..last)
+                .next()
+                .map(|pn| (cpu, VirtAddr::new(pn << self.page_shift)))
+        })
+    }
+
+    /// Whether any CPU may still hold a translation in `[start, end)`.
+    pub fn may_hold(&self, start: VirtAddr, end: VirtAddr) -> bool {
+        self.holder(start, end).is_some()
+    }
+
+    /// Translations `cpu` currently caches.
+    pub fn held(&self, cpu: usize) -> usize {
+        self.set(cpu).len()
+    }
+
+    /// A [`TlbFlush`] whose flushes are initiated by `cpu`.
+    pub fn on(&self, cpu: usize) -> SoftTlbCpu<'_> {
+        assert!(cpu < self.cpus.len(), "cpu {cpu} out of range");
+        SoftTlbCpu { tlb: self, cpu }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> TlbStats {
+        let c = &self.counters;
+        TlbStats {
+            flush_events: c.flush_events.load(Ordering::Relaxed),
+            pages_flushed: c.pages_flushed.load(Ordering::Relaxed),
+            full_flushes: c.full_flushes.load(Ordering::Relaxed),
+            ipis: c.ipis.load(Ordering::Relaxed),
+            cost_ns: c.cost_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Zeroes the counters (cached translations are kept).
+    pub fn reset_stats(&self) {
+        let c = &self.counters;
+        for a in [
+            &c.flush_events,
+            &c.pages_flushed,
+            &c.full_flushes,
+            &c.ipis,
+            &c.cost_ns,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn set(&self, cpu: usize) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.cpus[cpu].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn page_span(&self, start: VirtAddr, end: VirtAddr) -> (u64, u64) {
+        let first = start.as_u64() >> self.page_shift;
+        let last = (end.as_u64() - 1) >> self.page_shift;
+        (first, last + 1)
+    }
+
+    /// One flush event reaching every CPU: `None` flushes everything.
+    fn flush(&self, range: Option<(VirtAddr, VirtAddr)>) {
+        let c = &self.counters;
+        let remote = self.cpus.len() as u64 - 1;
+        let mut cost = remote * self.cost.ipi_ns;
+        let full = match range {
+            Some((s, e)) if e <= s => return,
+            Some((s, e)) => {
+                let (first, last) = self.page_span(s, e);
+                let pages = last - first;
+                if pages > self.ceiling {
+                    true
+                } else {
+                    for set in &self.cpus {
+                        let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+                        // [first, last) drops out; what lies above it goes back.
+                        let mut dropped = set.split_off(&first);
+                        let mut above = dropped.split_off(&last);
+                        set.append(&mut above);
+                    }
+                    c.pages_flushed.fetch_add(pages, Ordering::Relaxed);
+                    cost += pages * self.cost.page_flush_ns;
+                    false
+                }
+            }
+            None => true,
+        };
+        if full {
+            for set in &self.cpus {
+                set.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            }
+            c.full_flushes.fetch_add(1, Ordering::Relaxed);
+            cost += self.cost.full_flush_ns;
+        }
+        c.flush_events.fetch_add(1, Ordering::Relaxed);
+        c.ipis.fetch_add(remote, Ordering::Relaxed);
+        c.cost_ns.fetch_add(cost, Ordering::Relaxed);
+        busy_wait_ns(cost);
+    }
+}
+
+/// The flush interface of a [`SoftTlb`], as seen from one initiating CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct SoftTlbCpu<'a> {
+    tlb: &'a SoftTlb,
+    cpu: usize,
+}
+
+impl SoftTlbCpu<'_> {
+    /// The initiating CPU.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    /// The model behind this handle.
+    pub fn tlb(&self) -> &SoftTlb {
+        self.tlb
+    }
+}
+
+impl TlbFlush for SoftTlbCpu<'_> {
+    fn flush_page(&self, va: VirtAddr) {
+        let ps = self.tlb.page_size();
+        let start = va.align_down(ps);
+        self.tlb.flush(Some((
+            start,
+            VirtAddr::new(start.as_u64().saturating_add(ps)),
+        )));
+    }
+
+    fn flush_all(&self) {
+        self.tlb.flush(None);
+    }
+
+    fn flush_ceiling_pages(&self) -> u64 {
+        self.tlb.ceiling
+    }
+
+    fn flush_range(&self, start: VirtAddr, end: VirtAddr, _page_size: u64) {
+        self.tlb.flush(Some((start, end)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 4096;
+
+    fn va(n: u64) -> VirtAddr {
+        VirtAddr::new(0xffff_c900_0000_0000 + n * P)
+    }
+
+    #[test]
+    fn range_flush_counts_pages_and_ipis() {
+        let tlb = SoftTlb::new(4, P, CostModel::FREE);
+        tlb.touch(1, va(3));
+        tlb.touch(2, va(10));
+        tlb.on(0).flush_range(va(0), va(8), P);
+        let s = tlb.stats();
+        assert_eq!(s.flush_events, 1);
+        assert_eq!(s.pages_flushed, 8);
+        assert_eq!(s.full_flushes, 0);
+        assert_eq!(s.ipis, 3);
+        assert!(!tlb.may_hold(va(0), va(8)));
+        assert_eq!(tlb.holder(va(0), va(100)), Some((2, va(10))));
+        assert_eq!(tlb.held(1), 0);
+        assert_eq!(tlb.held(2), 1);
+    }
+
+    #[test]
+    fn above_ceiling_is_a_full_flush() {
+        let tlb = SoftTlb::new(2, P, CostModel::FREE);
+        tlb.touch(0, va(500));
+        tlb.touch(1, va(1));
+        tlb.on(1).flush_range(va(0), va(34), P);
+        let s = tlb.stats();
+        assert_eq!((s.full_flushes, s.pages_flushed, s.ipis), (1, 0, 1));
+        assert!(
+            !tlb.may_hold(va(0), va(1000)),
+            "a full flush drops everything"
+        );
+        tlb.on(0).flush_range(va(0), va(33), P);
+        assert_eq!(
+            tlb.stats().full_flushes,
+            1,
+            "33 pages is still page by page"
+        );
+        assert_eq!(tlb.stats().pages_flushed, 33);
+    }
+
+    #[test]
+    fn holder_query_is_half_open_and_exact_at_edges() {
+        let tlb = SoftTlb::new(3, P, CostModel::FREE);
+        tlb.touch(2, VirtAddr::new(va(5).as_u64() + 123));
+        assert!(!tlb.may_hold(va(0), va(5)));
+        assert!(tlb.may_hold(va(5), va(6)));
+        assert!(!tlb.may_hold(va(6), va(9)));
+        assert!(!tlb.may_hold(va(6), va(6)));
+        tlb.on(0).flush_page(VirtAddr::new(va(5).as_u64() + 7));
+        assert!(!tlb.may_hold(va(0), va(100)));
+        assert_eq!(tlb.stats().pages_flushed, 1);
+    }
+
+    #[test]
+    fn cost_model_charges_per_page_full_and_remote_cpu() {
+        let cost = CostModel {
+            page_flush_ns: 7,
+            full_flush_ns: 1000,
+            ipi_ns: 11,
+        };
+        let tlb = SoftTlb::new(8, P, cost);
+        tlb.on(3).flush_range(va(0), va(2), P);
+        assert_eq!(tlb.stats().cost_ns, 2 * 7 + 7 * 11);
+        tlb.on(3).flush_all();
+        assert_eq!(tlb.stats().cost_ns, 2 * 7 + 7 * 11 + 1000 + 7 * 11);
+        tlb.reset_stats();
+        assert_eq!(tlb.stats(), TlbStats::default());
+    }
+
+    #[test]
+    fn single_cpu_sends_no_ipis() {
+        let tlb = SoftTlb::new(1, P, CostModel::default());
+        tlb.on(0).flush_all();
+        assert_eq!(tlb.stats().ipis, 0);
+        assert_eq!(tlb.stats().cost_ns, 3300);
+    }
+}

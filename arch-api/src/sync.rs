@@ -1,0 +1,133 @@
+//! The loom shim: one source for the real code and the model.
+//!
+//! Lockless crates import atomics and their mutex from here. Normally that is
+//! `core::sync::atomic` and a [`lock_api`] mutex over whatever raw lock the
+//! embedding OS supplies (`R`, e.g. its IRQ-safe spinlock; [`DefaultRawMutex`]
+//! is `spin`'s). Under `--cfg loom` the same names are loom's, so
+//! `loom::model` explores every interleaving of the unchanged code.
+
+#[cfg(not(loom))]
+pub use core::sync::atomic;
+#[cfg(loom)]
+pub use loom::sync::atomic;
+
+pub use lock_api::RawMutex;
+
+/// The raw lock used when the OS does not supply one: a test-and-set spinlock.
+pub type DefaultRawMutex = spin::mutex::SpinMutex<()>;
+
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+
+/// A mutex over the OS's raw lock `R` (loom's mutex under `cfg(loom)`).
+pub struct Mutex<R: RawMutex, T> {
+    #[cfg(not(loom))]
+    inner: lock_api::Mutex<R, T>,
+    #[cfg(loom)]
+    inner: loom::sync::Mutex<T>,
+    #[cfg(loom)]
+    _raw: PhantomData<R>,
+}
+
+/// Holds a [`Mutex`] locked; unlocks on drop.
+pub struct MutexGuard<'a, R: RawMutex, T> {
+    #[cfg(not(loom))]
+    inner: lock_api::MutexGuard<'a, R, T>,
+    #[cfg(loom)]
+    inner: loom::sync::MutexGuard<'a, T>,
+    _raw: PhantomData<&'a R>,
+}
+
+impl<R: RawMutex, T> Mutex<R, T> {
+    /// A new unlocked mutex.
+    #[cfg(not(loom))]
+    pub const fn new(value: T) -> Self {
+        Self {
+            inner: lock_api::Mutex::new(value),
+        }
+    }
+
+    /// A new unlocked mutex.
+    #[cfg(loom)]
+    pub fn new(value: T) -> Self {
+        Self {
+            inner: loom::sync::Mutex::new(value),
+            _raw: PhantomData,
+        }
+    }
+
+    /// Locks, spinning or sleeping as `R` does.
+    pub fn lock(&self) -> MutexGuard<'_, R, T> {
+        MutexGuard {
+            #[cfg(not(loom))]
+            inner: self.inner.lock(),
+            #[cfg(loom)]
+            inner: self.inner.lock().unwrap(),
+            _raw: PhantomData,
+        }
+    }
+
+    /// Locks if free.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, R, T>> {
+        #[cfg(not(loom))]
+        let inner = self.inner.try_lock()?;
+        #[cfg(loom)]
+        let inner = self.inner.try_lock().ok()?;
+        Some(MutexGuard {
+            inner,
+            _raw: PhantomData,
+        })
+    }
+
+    /// The value, through exclusive access (no locking).
+    pub fn get_mut(&mut self) -> &mut T {
+        #[cfg(not(loom))]
+        return self.inner.get_mut();
+        #[cfg(loom)]
+        return self.inner.get_mut().unwrap();
+    }
+
+    /// Consumes the mutex.
+    pub fn into_inner(self) -> T {
+        #[cfg(not(loom))]
+        return self.inner.into_inner();
+        #[cfg(loom)]
+        return self.inner.into_inner().unwrap();
+    }
+}
+
+impl<R: RawMutex, T: Default> Default for Mutex<R, T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<R: RawMutex, T> Deref for MutexGuard<'_, R, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<R: RawMutex, T> DerefMut for MutexGuard<'_, R, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_excludes_and_unlocks() {
+        let m: Mutex<DefaultRawMutex, u32> = Mutex::new(1);
+        {
+            let mut g = m.lock();
+            *g += 1;
+            assert!(m.try_lock().is_none());
+        }
+        assert_eq!(*m.lock(), 2);
+        assert_eq!(m.into_inner(), 2);
+    }
+}

@@ -1,0 +1,3 @@
+//! Placeholder: being written.
+#![no_std]
+#![deny(missing_docs)]

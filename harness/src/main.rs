@@ -1,0 +1,2 @@
+//! The harness (placeholder while the foundation lands).
+fn main() {}

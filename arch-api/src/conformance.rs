@@ -112,7 +112,8 @@ pub fn dwcas_stress<C: DwCas>(threads: usize, iters: u64) {
 
 /// Internal consistency of a layout's geometry, and index decomposition of
 /// `samples` (canonical addresses): below the root, the indices and the page
-/// offset must reassemble the address.
+/// offset must reassemble the address. Samples must not lie in the topmost
+/// level-1 entry of the address space (its `entry_end` is past 2^64).
 pub fn layout_geometry<L: PageTableLayout>(samples: &[u64]) {
     let name = L::NAME;
     assert_eq!(

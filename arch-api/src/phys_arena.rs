@@ -137,19 +137,16 @@ impl ArenaState {
     /// First-fit: the lowest `align`-aligned run of `count` free frames.
     fn find_run(&self, frames: u64, count: u64, align: u64) -> Option<u64> {
         let mut start = self.hint.next_multiple_of(align);
-        'outer: while start + count <= frames {
+        while start + count <= frames {
             // Skip whole allocated words quickly for single frames.
             if count == 1 && align == 1 && self.bitmap[(start / 64) as usize] == u64::MAX {
                 start = (start / 64 + 1) * 64;
                 continue;
             }
-            for i in start..start + count {
-                if self.is_set(i) {
-                    start = (i + 1).next_multiple_of(align);
-                    continue 'outer;
-                }
+            match (start..start + count).find(|&i| self.is_set(i)) {
+                Some(busy) => start = (busy + 1).next_multiple_of(align),
+                None => return Some(start),
             }
-            return Some(start);
         }
         None
     }

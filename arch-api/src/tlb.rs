@@ -33,12 +33,13 @@ pub trait TlbFlush {
         if end <= start {
             return;
         }
-        let pages = (end.as_u64() - start.as_u64()).div_ceil(page_size);
+        let first = start.align_down(page_size);
+        let pages = (end.as_u64() - first.as_u64()).div_ceil(page_size);
         if pages > self.flush_ceiling_pages() {
             self.flush_all();
             return;
         }
-        let mut va = start.align_down(page_size);
+        let mut va = first;
         while va < end {
             self.flush_page(va);
             va = VirtAddr::new(va.as_u64() + page_size);
@@ -58,5 +59,43 @@ impl<T: TlbFlush + ?Sized> TlbFlush for &T {
     }
     fn flush_range(&self, start: VirtAddr, end: VirtAddr, page_size: u64) {
         (**self).flush_range(start, end, page_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::RefCell;
+    use std::vec::Vec;
+
+    #[derive(Default)]
+    struct Recorder {
+        pages: RefCell<Vec<u64>>,
+        full: RefCell<u32>,
+    }
+
+    impl TlbFlush for Recorder {
+        fn flush_page(&self, va: VirtAddr) {
+            self.pages.borrow_mut().push(va.as_u64());
+        }
+        fn flush_all(&self) {
+            *self.full.borrow_mut() += 1;
+        }
+    }
+
+    #[test]
+    fn default_range_flush_counts_the_pages_it_touches() {
+        let r = Recorder::default();
+        // 33 pages touched when the range starts mid-page: still page by page.
+        r.flush_range(VirtAddr::new(0x800), VirtAddr::new(33 * 0x1000), 0x1000);
+        assert_eq!(r.pages.borrow().len(), 33);
+        assert_eq!(r.pages.borrow()[0], 0);
+        assert_eq!(*r.full.borrow(), 0);
+        // 34 pages touched (start mid-page, end mid-page): a full flush.
+        r.flush_range(VirtAddr::new(0x800), VirtAddr::new(33 * 0x1000 + 1), 0x1000);
+        assert_eq!(*r.full.borrow(), 1);
+        assert_eq!(r.pages.borrow().len(), 33);
+        r.flush_range(VirtAddr::new(0x5000), VirtAddr::new(0x5000), 0x1000);
+        assert_eq!(r.pages.borrow().len(), 33, "an empty range flushes nothing");
     }
 }

@@ -1,0 +1,293 @@
+//! Executing rows: one runner that spawns a command, streams its output, times it, and kills it
+//! (with everything it started) if it runs past the step timeout.
+
+use std::io::{self, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::report::{Row, Status};
+use crate::setup;
+use crate::steps::{Action, Step};
+
+/// The target directory every cargo command uses unless its row names another. Set explicitly so
+/// an exported `CARGO_TARGET_DIR` (e.g. the one used to build xtask itself) is not inherited.
+const MAIN_TARGET_DIR: &str = "target";
+
+/// A command line with its environment additions.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    /// The program (looked up on PATH).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment variables set for it (shown in the header).
+    pub env: Vec<(String, String)>,
+}
+
+impl Cmd {
+    /// `program` with no arguments.
+    pub fn new(program: &str) -> Cmd {
+        Cmd {
+            program: program.to_string(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(mut self, args: I) -> Cmd
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Cmd {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The command as a shell would take it: `KEY="v a l" program args…`.
+    pub fn display(&self) -> String {
+        let env = self.env.iter().map(|(k, v)| format!("{k}={}", quote(v)));
+        let words = std::iter::once(quote(&self.program)).chain(self.args.iter().map(|a| quote(a)));
+        env.chain(words).collect::<Vec<_>>().join(" ")
+    }
+
+    fn command(&self, root: &Path) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).current_dir(root);
+        command.env("CARGO_TARGET_DIR", MAIN_TARGET_DIR);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    /// Runs to completion with output streamed to `sink`; `Err` says why it failed.
+    pub fn stream(&self, root: &Path, sink: Sink, timeout: Option<Duration>) -> Result<(), String> {
+        let mut child = self
+            .command(root)
+            .stdin(Stdio::null())
+            .stdout(sink.stdout())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", self.program))?;
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return check(status),
+                Ok(None) => {}
+                Err(e) => return Err(format!("waiting for `{}`: {e}", self.program)),
+            }
+            if let Some(limit) = timeout {
+                if start.elapsed() > limit {
+                    kill_tree(child.id());
+                    let _ = child.wait();
+                    return Err(format!("timed out after {} s", limit.as_secs()));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs quietly; its stdout if it succeeded.
+    pub fn capture(&self, root: &Path) -> Option<String> {
+        let out = self
+            .command(root)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Quotes a word for display if a shell would need it.
+fn quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./,+=:@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+fn check(status: ExitStatus) -> Result<(), String> {
+    if status.success() {
+        Ok(())
+    } else if let Some(code) = status.code() {
+        Err(format!("exit status {code}"))
+    } else {
+        Err(format!("killed by signal {}", status.signal().unwrap_or(0)))
+    }
+}
+
+/// Kills `pid` and all its descendants (found through /proc), so a timed-out `cargo test` does not
+/// leave its test binary running.
+fn kill_tree(pid: u32) {
+    let mut parent_of = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid …"; comm may contain spaces and parentheses.
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                parent_of.push((child, ppid));
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parent_of
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .args(tree.iter().map(u32::to_string))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Where children's stdout goes. Their stderr always goes to ours.
+#[derive(Clone, Copy, Debug)]
+pub enum Sink {
+    /// Our stdout (`ci`, `matrix`): CI shows cargo test's own "test result:" lines.
+    Inherit,
+    /// Our stderr (`matrix --json`): stdout carries only the JSON.
+    Stderr,
+}
+
+impl Sink {
+    fn stdout(self) -> Stdio {
+        match self {
+            Sink::Inherit => Stdio::inherit(),
+            Sink::Stderr => Stdio::from(io::stderr()),
+        }
+    }
+}
+
+/// How the rows run.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Where children's stdout goes.
+    pub sink: Sink,
+    /// Per-row limit; `None` for no limit.
+    pub timeout: Option<Duration>,
+}
+
+/// Runs every row in order, continuing after failures, and reports each.
+pub fn run_all(root: &Path, steps: &[Step], opts: Options) -> Vec<Row> {
+    steps.iter().map(|step| run_one(root, step, opts)).collect()
+}
+
+fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
+    let label = match &step.detail {
+        Some(detail) => format!("{} {detail}", step.kind.name()),
+        None => step.kind.name().to_string(),
+    };
+    let header = format!("==> [{}/{}] {label}", step.target, step.config);
+    let mut row = Row {
+        target: step.target.clone(),
+        config: step.config.clone(),
+        step: step.kind.name().to_string(),
+        test: step.detail.clone(),
+        status: Status::Skipped,
+        seconds: 0.0,
+        reason: None,
+        command: step.command_line(),
+    };
+    if let Some(reason) = &step.skip {
+        // Rows left out by --only are a developer's choice: keep the log short.
+        if reason != "--only" {
+            eprintln!("{header}: skipped ({reason})");
+        }
+        row.reason = Some(reason.clone());
+        return row;
+    }
+    eprintln!("{header}: {}", row.command);
+    let _ = io::stderr().flush();
+
+    let start = Instant::now();
+    let result = match &step.action {
+        Action::Cmd(cmd) => cmd.stream(root, opts.sink, opts.timeout),
+        Action::Setup(needs) => setup::run(root, needs, opts.sink),
+        Action::Nothing => Ok(()),
+    };
+    row.seconds = start.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => row.status = Status::Pass,
+        Err(reason) => {
+            eprintln!("{header}: FAILED ({reason})");
+            row.status = Status::Fail;
+            row.reason = Some(reason);
+        }
+    }
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_quotes_only_what_needs_it() {
+        let cmd = Cmd::new("cargo")
+            .args(["test", "--features", "a/stats,b/stats"])
+            .env("RUSTFLAGS", "--cfg loom");
+        assert_eq!(
+            cmd.display(),
+            "RUSTFLAGS=\"--cfg loom\" cargo test --features a/stats,b/stats"
+        );
+    }
+
+    #[test]
+    fn failures_and_timeouts_are_reported() {
+        let root = Path::new(".");
+        assert_eq!(Cmd::new("true").stream(root, Sink::Stderr, None), Ok(()));
+        assert_eq!(
+            Cmd::new("sh")
+                .args(["-c", "exit 3"])
+                .stream(root, Sink::Stderr, None),
+            Err("exit status 3".to_string())
+        );
+        // The grandchild (the backgrounded sleep) must die with the child.
+        let marker = format!("/tmp/xtask-timeout-{}", std::process::id());
+        let script = format!("(sleep 1; touch {marker}) & sleep 30");
+        let start = Instant::now();
+        let result = Cmd::new("sh").args(["-c", &script]).stream(
+            root,
+            Sink::Stderr,
+            Some(Duration::from_millis(200)),
+        );
+        assert_eq!(result, Err("timed out after 0 s".to_string()));
+        assert!(start.elapsed() < Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            !Path::new(&marker).exists(),
+            "grandchild survived the timeout"
+        );
+    }
+}

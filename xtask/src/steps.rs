@@ -1,0 +1,456 @@
+//! The matrix definition: every (target, configuration, step) row that `cargo xtask ci` runs, in order.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::run::Cmd;
+use crate::setup::Needs;
+
+// ---------------------------------------------------------------------------
+// Crate lists. A new crate is one line here; every step picks it up.
+// ---------------------------------------------------------------------------
+
+/// Library crates: all `#![no_std]`, each with the features `std` (default), `stats` and `debug`.
+/// They are linted, tested on the host and under qemu, built bare-metal, and searched for
+/// `tests/loom_*.rs`.
+pub const LIB_CRATES: &[&str] = &[
+    "arch-api",
+    "arch-x86_64",
+    "arch-aarch64",
+    "arch-ia64-sim",
+    "vmap-core",
+    "zap-walker",
+    "vmap-lazy",
+    "slub-core",
+];
+
+/// Binary crates: linted, tested and documented through `--workspace` only.
+pub const BIN_CRATES: &[&str] = &["harness", "xtask"];
+
+/// Crates with `unsafe` code that Miri checks (`cargo +nightly miri test -p …`).
+pub const UNSAFE_CRATES: &[&str] = &["arch-api", "arch-x86_64", "arch-aarch64", "arch-ia64-sim"];
+
+/// Library crates that are not tested on the aarch64 (qemu) target.
+pub const NOT_ON_AARCH64: &[&str] = &["arch-x86_64"];
+
+// ---------------------------------------------------------------------------
+// Targets and configurations (SPEC.md "Targets and configurations").
+// ---------------------------------------------------------------------------
+
+/// The hosted target tests run on natively.
+pub const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The hosted target tests run on under `qemu-aarch64 -cpu max` (runner in .cargo/config.toml).
+pub const QEMU_TARGET: &str = "aarch64-unknown-linux-gnu";
+/// The bare-metal targets every library crate must build for without `std`.
+pub const BARE_METAL_TARGETS: &[&str] = &["x86_64-unknown-none", "aarch64-unknown-none"];
+/// Feature configurations: `default` adds no feature, the others enable `<crate>/<config>` for
+/// every library crate.
+pub const FEATURE_CONFIGS: &[&str] = &["default", "stats", "debug"];
+/// The qemu configurations: (name, RUSTFLAGS or none, target directory).
+const QEMU_CONFIGS: &[(&str, Option<&str>, &str)] = &[
+    ("ldxp-stxp", None, "target/xtask/aarch64"),
+    (
+        "lse",
+        Some("-C target-feature=+lse"),
+        "target/xtask/aarch64-lse",
+    ),
+];
+/// Loom's bound on preemptions per execution.
+const LOOM_MAX_PREEMPTIONS: &str = "3";
+
+/// The kinds of step, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StepKind {
+    /// Install missing targets, components, nightly Miri and the aarch64 cross tools.
+    Setup,
+    /// `cargo fmt --check`.
+    Fmt,
+    /// `cargo clippy -D warnings`.
+    Clippy,
+    /// Host tests.
+    Test,
+    /// aarch64 tests under qemu.
+    TestQemu,
+    /// Bare-metal `no_std` builds.
+    BuildNone,
+    /// Loom model checks.
+    Loom,
+    /// Miri on the unsafe crates.
+    Miri,
+    /// rustdoc with warnings denied.
+    Doc,
+}
+
+impl StepKind {
+    /// Every kind, in run order.
+    pub const ALL: &[StepKind] = &[
+        StepKind::Setup,
+        StepKind::Fmt,
+        StepKind::Clippy,
+        StepKind::Test,
+        StepKind::TestQemu,
+        StepKind::BuildNone,
+        StepKind::Loom,
+        StepKind::Miri,
+        StepKind::Doc,
+    ];
+
+    /// The name used in headers, the table, the JSON and `--only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Setup => "setup",
+            StepKind::Fmt => "fmt",
+            StepKind::Clippy => "clippy",
+            StepKind::Test => "test",
+            StepKind::TestQemu => "test-qemu",
+            StepKind::BuildNone => "build-none",
+            StepKind::Loom => "loom",
+            StepKind::Miri => "miri",
+            StepKind::Doc => "doc",
+        }
+    }
+
+    /// The kind called `name`, if any.
+    pub fn from_name(name: &str) -> Option<StepKind> {
+        StepKind::ALL.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// Whether `--quick` runs this kind in the given configuration (and on the given target).
+    fn in_quick(self, config: &str) -> bool {
+        match self {
+            StepKind::Setup | StepKind::Fmt | StepKind::Doc => true,
+            StepKind::Clippy | StepKind::Test | StepKind::BuildNone => config == "default",
+            StepKind::TestQemu | StepKind::Loom | StepKind::Miri => false,
+        }
+    }
+
+    /// What `setup` must provide for this kind on `target`.
+    fn needs(self, target: &str, needs: &mut Needs) {
+        match self {
+            StepKind::Setup | StepKind::Test | StepKind::Loom | StepKind::Doc => {}
+            StepKind::Fmt => {
+                needs.components.insert("rustfmt");
+            }
+            StepKind::Clippy => {
+                needs.components.insert("clippy");
+            }
+            StepKind::TestQemu => {
+                needs.targets.insert(QEMU_TARGET);
+                needs.cross = true;
+            }
+            StepKind::BuildNone => {
+                for t in BARE_METAL_TARGETS {
+                    if *t == target {
+                        needs.targets.insert(t);
+                    }
+                }
+            }
+            StepKind::Miri => needs.nightly_miri = true,
+        }
+    }
+}
+
+/// What a row does when it runs.
+#[derive(Debug)]
+pub enum Action {
+    /// Run one command.
+    Cmd(Cmd),
+    /// Install what the rows that run need.
+    Setup(Needs),
+    /// Nothing to run (the row is always skipped).
+    Nothing,
+}
+
+/// One row of the matrix.
+#[derive(Debug)]
+pub struct Step {
+    /// What kind of step this is.
+    pub kind: StepKind,
+    /// The target triple, or `host` for target-independent steps.
+    pub target: String,
+    /// The configuration (`default`, `stats`, `debug`, `ldxp-stxp`, `lse`, `loom`, or `-`).
+    pub config: String,
+    /// Extra identification where one (target, config, step) has several rows (loom test files).
+    pub detail: Option<String>,
+    /// What to run.
+    pub action: Action,
+    /// Why the row is skipped, if it is.
+    pub skip: Option<String>,
+}
+
+impl Step {
+    fn new(kind: StepKind, target: &str, config: &str, action: Action) -> Step {
+        Step {
+            kind,
+            target: target.to_string(),
+            config: config.to_string(),
+            detail: None,
+            action,
+            skip: None,
+        }
+    }
+
+    /// The command line as shown in headers and reports.
+    pub fn command_line(&self) -> String {
+        match &self.action {
+            Action::Cmd(cmd) => cmd.display(),
+            Action::Setup(needs) => format!("ensure installed: {}", needs.describe()),
+            Action::Nothing => String::new(),
+        }
+    }
+}
+
+/// Which rows run.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// `--quick`: only the fast rows.
+    pub quick: bool,
+    /// `--only`: only these kinds (empty: all).
+    pub only: BTreeSet<StepKind>,
+}
+
+/// `--features a/CONFIG,b/CONFIG,…` for every library crate in `crates`, or nothing for `default`.
+fn feature_args(crates: &[&str], config: &str) -> Vec<String> {
+    if config == "default" {
+        return Vec::new();
+    }
+    let list: Vec<String> = crates.iter().map(|c| format!("{c}/{config}")).collect();
+    vec!["--features".to_string(), list.join(",")]
+}
+
+/// `-p a -p b …`.
+fn package_args(crates: &[&str]) -> Vec<String> {
+    crates
+        .iter()
+        .flat_map(|c| ["-p".to_string(), c.to_string()])
+        .collect()
+}
+
+/// The `tests/loom_*.rs` files of every library crate, as (crate, test name), sorted.
+pub fn loom_tests(root: &Path) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for krate in LIB_CRATES {
+        let Ok(entries) = std::fs::read_dir(root.join(krate).join("tests")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".rs") {
+                if stem.starts_with("loom_") && entry.path().is_file() {
+                    found.push((krate.to_string(), stem.to_string()));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Every row, in run order, with skip reasons filled in from `sel`.
+pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
+    let mut rows = Vec::new();
+
+    rows.push(Step::new(
+        StepKind::Fmt,
+        "host",
+        "-",
+        Action::Cmd(Cmd::new("cargo").args(["fmt", "--all", "--", "--check"])),
+    ));
+
+    for config in FEATURE_CONFIGS {
+        let cmd = Cmd::new("cargo")
+            .args(["clippy", "--workspace", "--all-targets"])
+            .args(feature_args(LIB_CRATES, config))
+            .args(["--", "-D", "warnings"]);
+        rows.push(Step::new(
+            StepKind::Clippy,
+            "host",
+            config,
+            Action::Cmd(cmd),
+        ));
+    }
+
+    for config in FEATURE_CONFIGS {
+        let cmd = Cmd::new("cargo")
+            .args(["test", "--workspace"])
+            .args(feature_args(LIB_CRATES, config));
+        rows.push(Step::new(
+            StepKind::Test,
+            HOST_TARGET,
+            config,
+            Action::Cmd(cmd),
+        ));
+    }
+
+    // Optimised code once too: inline asm register allocation differs with
+    // optimisation (a cmpxchg16b operand landing in RBX only crashed in release).
+    rows.push(Step::new(
+        StepKind::Test,
+        HOST_TARGET,
+        "release",
+        Action::Cmd(Cmd::new("cargo").args(["test", "--workspace", "--release"])),
+    ));
+
+    let aarch64_crates: Vec<&str> = LIB_CRATES
+        .iter()
+        .copied()
+        .filter(|c| !NOT_ON_AARCH64.contains(c))
+        .collect();
+    for (config, rustflags, target_dir) in QEMU_CONFIGS {
+        let mut cmd = Cmd::new("cargo")
+            .args(["test", "--target", QEMU_TARGET])
+            .args(package_args(&aarch64_crates));
+        if let Some(flags) = rustflags {
+            cmd = cmd.env("RUSTFLAGS", flags);
+        }
+        cmd = cmd.env("CARGO_TARGET_DIR", target_dir);
+        rows.push(Step::new(
+            StepKind::TestQemu,
+            QEMU_TARGET,
+            config,
+            Action::Cmd(cmd),
+        ));
+    }
+
+    for target in BARE_METAL_TARGETS {
+        for config in FEATURE_CONFIGS {
+            let cmd = Cmd::new("cargo")
+                .args(["build", "--target", target, "--no-default-features"])
+                .args(package_args(LIB_CRATES))
+                .args(feature_args(LIB_CRATES, config));
+            rows.push(Step::new(
+                StepKind::BuildNone,
+                target,
+                config,
+                Action::Cmd(cmd),
+            ));
+        }
+    }
+
+    let loom = loom_tests(root);
+    if loom.is_empty() {
+        let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Nothing);
+        step.skip = Some("no tests/loom_*.rs in any library crate".to_string());
+        rows.push(step);
+    }
+    for (krate, test) in loom {
+        let cmd = Cmd::new("cargo")
+            .args(["test", "--release", "-p", &krate, "--test", &test])
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("LOOM_MAX_PREEMPTIONS", LOOM_MAX_PREEMPTIONS)
+            .env("CARGO_TARGET_DIR", "target/xtask/loom");
+        let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Cmd(cmd));
+        step.detail = Some(format!("{krate}/{test}"));
+        rows.push(step);
+    }
+
+    let miri = Cmd::new("cargo")
+        .args(["+nightly", "miri", "test"])
+        .args(package_args(UNSAFE_CRATES))
+        .env("CARGO_TARGET_DIR", "target/xtask/miri");
+    rows.push(Step::new(
+        StepKind::Miri,
+        "host",
+        "default",
+        Action::Cmd(miri),
+    ));
+
+    let doc = Cmd::new("cargo")
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    rows.push(Step::new(
+        StepKind::Doc,
+        "host",
+        "default",
+        Action::Cmd(doc),
+    ));
+
+    // Skip reasons: --only first (the developer's explicit choice), then --quick.
+    let selected = |kind: StepKind| sel.only.is_empty() || sel.only.contains(&kind);
+    for row in &mut rows {
+        if row.skip.is_some() {
+            continue;
+        }
+        if !selected(row.kind) {
+            row.skip = Some("--only".to_string());
+        } else if sel.quick && !row.kind.in_quick(&row.config) {
+            row.skip = Some("--quick".to_string());
+        }
+    }
+
+    // Setup installs exactly what the rows that run need.
+    // `--only setup` on its own prepares for every row (that --quick would keep).
+    let only_setup = sel.only.len() == 1 && sel.only.contains(&StepKind::Setup);
+    let mut needs = Needs::default();
+    for row in &rows {
+        let wanted = only_setup
+            && row.skip.as_deref() == Some("--only")
+            && (!sel.quick || row.kind.in_quick(&row.config));
+        if row.skip.is_none() || wanted {
+            row.kind.needs(&row.target, &mut needs);
+        }
+    }
+    let mut setup = Step::new(StepKind::Setup, "host", "-", Action::Setup(needs));
+    if !selected(StepKind::Setup) {
+        setup.skip = Some("--only".to_string());
+    }
+    rows.insert(0, setup);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(sel: &Selection) -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        matrix(root, sel)
+            .iter()
+            .filter(|s| s.skip.is_none())
+            .map(|s| format!("{}/{}/{}", s.kind.name(), s.target, s.config))
+            .collect()
+    }
+
+    #[test]
+    fn quick_runs_the_fast_rows_only() {
+        let sel = Selection {
+            quick: true,
+            ..Selection::default()
+        };
+        assert_eq!(
+            running(&sel),
+            [
+                "setup/host/-",
+                "fmt/host/-",
+                "clippy/host/default",
+                "test/x86_64-unknown-linux-gnu/default",
+                "build-none/x86_64-unknown-none/default",
+                "build-none/aarch64-unknown-none/default",
+                "doc/host/default",
+            ]
+        );
+    }
+
+    #[test]
+    fn features_name_every_lib_crate() {
+        assert!(feature_args(LIB_CRATES, "default").is_empty());
+        let args = feature_args(&["a", "b"], "stats");
+        assert_eq!(args, ["--features", "a/stats,b/stats"]);
+    }
+
+    #[test]
+    fn only_setup_prepares_for_everything() {
+        let sel = Selection {
+            only: [StepKind::Setup].into(),
+            ..Selection::default()
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let rows = matrix(root, &sel);
+        let Action::Setup(needs) = &rows[0].action else {
+            panic!("setup is the first row")
+        };
+        assert!(needs.cross && needs.nightly_miri);
+        assert!(needs.targets.contains(QEMU_TARGET));
+        assert_eq!(running(&sel), ["setup/host/-"]);
+    }
+}

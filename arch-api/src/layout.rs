@@ -189,8 +189,9 @@ impl LayoutInfo {
     }
 }
 
-/// Whether `va` sign-extends bit `va_bits - 1` (x86_64 and aarch64 canonical form:
-/// the upper bits are all copies of the top translated bit).
+/// Whether `va` sign-extends bit `va_bits - 1` (the x86_64 canonical form: the
+/// upper bits are all copies of the top translated bit). aarch64 differs: its
+/// upper bits select TTBR0 or TTBR1 and must be all 0 or all 1 whatever bit 47 is.
 pub const fn sign_extended(va: VirtAddr, va_bits: u32) -> bool {
     let top = (va.as_u64() as i64) >> (va_bits - 1);
     top == 0 || top == -1

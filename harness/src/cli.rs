@@ -54,8 +54,10 @@ pub struct ArchArg {
 /// accepted values, exit status 2. Help and version output pass through.
 pub fn exit_on_clap_error(err: clap::Error) -> ! {
     use clap::error::ErrorKind;
-    if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
-        || err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) || err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     {
         err.exit();
     }
@@ -63,7 +65,9 @@ pub fn exit_on_clap_error(err: clap::Error) -> ! {
     let line = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
+        })
         .collect::<Vec<_>>()
         .join("; ");
     eprintln!("{line}");

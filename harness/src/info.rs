@@ -22,7 +22,14 @@ fn layout_json(i: &LayoutInfo) -> Value {
 }
 
 fn human(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 6] = [(1 << 60, "E"), (1 << 50, "P"), (1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    const UNITS: [(u64, &str); 6] = [
+        (1 << 60, "E"),
+        (1 << 50, "P"),
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
     for (size, unit) in UNITS {
         if bytes >= size && bytes % size == 0 {
             return format!("{}{unit}", bytes / size);
@@ -76,7 +83,10 @@ pub fn run(common: &Common, arch: Option<Arch>) -> i32 {
     }
 
     println!("Page-table layouts (level 0 = root)");
-    println!("{:<12} {:>6} {:>5} {:>7}  {:<22} {:<32} leaves at", "arch", "levels", "page", "va_bits", "index bits", "entry span per level");
+    println!(
+        "{:<12} {:>6} {:>5} {:>7}  {:<22} {:<32} leaves at",
+        "arch", "levels", "page", "va_bits", "index bits", "entry span per level"
+    );
     for i in &layouts {
         let spans: Vec<String> = (0..i.levels).map(|l| human(i.entry_span(l))).collect();
         let leaves: Vec<String> = (0..i.levels)
@@ -97,8 +107,15 @@ pub fn run(common: &Common, arch: Option<Arch>) -> i32 {
     println!();
     println!("Double-word CAS on this host: {}", host_dwcas_name());
     println!();
-    println!("Software TLB model: {} simulated CPUs, flush ceiling {} pages", tlb.cpus(), flusher.flush_ceiling_pages());
-    println!("  charged: {} ns per single-page invalidation, {} ns per full flush, {} ns per IPI to a remote CPU", cost.page_flush_ns, cost.full_flush_ns, cost.ipi_ns);
+    println!(
+        "Software TLB model: {} simulated CPUs, flush ceiling {} pages",
+        tlb.cpus(),
+        flusher.flush_ceiling_pages()
+    );
+    println!(
+        "  charged: {} ns per single-page invalidation, {} ns per full flush, {} ns per IPI to a remote CPU",
+        cost.page_flush_ns, cost.full_flush_ns, cost.ipi_ns
+    );
     println!(
         "  8-page range flush from CPU 0: {} event, {} pages, {} IPIs, {} ns charged",
         after_range.flush_events, after_range.pages_flushed, after_range.ipis, after_range.cost_ns

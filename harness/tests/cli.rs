@@ -16,7 +16,10 @@ fn bad_value_is_one_line_naming_flag_and_values_with_status_2() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
     assert!(err.contains("--arch"), "{err}");
-    assert!(err.contains("aarch64-16k") && err.contains("ia64-sim"), "{err}");
+    assert!(
+        err.contains("aarch64-16k") && err.contains("ia64-sim"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 }
 
@@ -39,7 +42,11 @@ fn json_is_exactly_one_object_on_stdout() {
     let example = &v["tlb_model"]["example_range_flush_8_pages"];
     assert_eq!(example["ipis"], 3);
     assert_eq!(example["tlb_pages_flushed"], 8);
-    assert_eq!(example["tlb_cost_ns"], 8 * 100, "IPIs charged nothing at --ipi-cost-ns 0");
+    assert_eq!(
+        example["tlb_cost_ns"],
+        8 * 100,
+        "IPIs charged nothing at --ipi-cost-ns 0"
+    );
 }
 
 #[test]

@@ -1,14 +1,54 @@
 //! vmap-core: the kernel virtual-address-space allocator (Linux's vmalloc KVA
 //! allocator, `alloc_vmap_area` / `free_vmap_area`).
 //!
-//! It will hold: `VmapArea`s handed out from `[start, end)` at the lowest
-//! fitting address; the `FreeAreaCache` seam with the `linear`,
-//! `free-area-cache` (2010) and `augmented` (free tree with subtree max)
-//! policies producing identical placement; one-search `find_unlink`; sharded
-//! per-node busy trees; vmem-style `phase` / `nocross` / exact-address
-//! requests. Lands with issue 3; today the crate only fixes its place in the
-//! dependency graph (arch-api below it, vmap-lazy above it).
+//! A [`VmapSpace`] hands out page-granular [`VmapArea`]s from `[start, end)`
+//! at the lowest fitting address, with the vmem constraints Linux lacks
+//! (`phase`, `nocross`, exact address; see [`AllocRequest`]), one-search
+//! [`find_unlink`](VmapSpace::find_unlink), and errors instead of panics
+//! ([`VmapError`]). Tree nodes come from the caller ([`NodeSource`]): no
+//! global state and no heap unless the `alloc` feature is on.
+//!
+//! The seam is [`FreeAreaCache`]: how a free block is found. Three policies,
+//! identical placement: [`Linear`] (2010 baseline), [`FreeAreaCachePolicy`]
+//! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
+//!
+//! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
+//! With `alloc`, [`sharded`] adds per-node fronts (story 4) and a global-lock
+//! variant behind the shared [`VmapNodes`] trait.
 #![no_std]
 #![deny(missing_docs)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+mod error;
+mod free_tree;
+mod node;
+mod policy;
+mod request;
+mod space;
+#[cfg(feature = "stats")]
+mod stats;
+mod tree;
+
+#[cfg(feature = "alloc")]
+pub mod sharded;
+
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_mutation;
+
 pub use arch_api::VirtAddr;
+pub use error::VmapError;
+#[cfg(feature = "alloc")]
+pub use node::VecSource;
+pub use node::{FixedPool, NodeIdx, NodeSource, TreeNode};
+pub use policy::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+pub use request::AllocRequest;
+#[cfg(feature = "alloc")]
+pub use sharded::{GlobalVmap, ShardedVmap, VmapNodes};
+pub use space::{Iter, VmapArea, VmapSpace};
+#[cfg(feature = "stats")]
+pub use stats::VmapStats;

@@ -1,13 +1,80 @@
-//! vmap-lazy: `vmalloc` / `vfree` / `vmap` / `vm_map_ram` on top of vmap-core
-//! and zap-walker, with lazy, batched TLB purging.
+//! vmap-lazy: `vmalloc` / `vfree` / `vmap` / `vunmap` on top of vmap-core
+//! (virtual ranges) and zap-walker (page tables), with lazy, batched TLB
+//! purging (SPEC stories 1, 4 and 5).
 //!
-//! It will hold: the `PurgePolicy` seam (`lazy-max-pages`, `eager`,
-//! `lookup-cost`), `vmap_lazy_nr` accounting, vmap blocks, and the hosted
-//! stale-TLB checker. Lands with issue 5. Today it shows how a core crate picks
-//! the target's default backend: through `cfg-if`, never by naming an
-//! architecture in its own logic.
+//! `vfree` clears an area's page-table entries at once but does not flush
+//! the TLB: the range stays reserved on a lazy list, counted in
+//! `vmap_lazy_nr`, until `purge_vmap_area_lazy` flushes the union of all lazy
+//! ranges ONCE and only then releases them for reuse.
+//!
+//! The seam is [`PurgePolicy`] (when to purge): [`LazyMaxPages`] (default,
+//! Linux's `lazy_max_pages`), [`Eager`] (purge on every free) and
+//! [`LookupCost`] (purge when a search got expensive). Hosted builds add the
+//! [`StaleTlbChecker`], which proves on the software TLB model that no range
+//! is handed out while a CPU may still translate it.
+//!
+//! [`NodeVmalloc`] runs the same protocol over vmap-core's concurrent fronts
+//! (sharded `vmap_node`s or one global lock), with a lazy list per node and
+//! one purge flushing the union of all nodes' lazy ranges.
+//!
+//! `vm_map_ram` (on both fronts) serves small mappings from per-CPU vmap blocks
+//! (`vmap_block.rs`) and, beyond Linux, reuses freed space in a block once a
+//! flush has covered it.
+//!
+//! Start reading at `vmalloc.rs`, then `lazy.rs` (the accounting and its
+//! ordering), `purge/` and `checker.rs`. Without the `alloc` feature only the
+//! policies and errors are built.
 #![no_std]
 #![deny(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+#[cfg(feature = "alloc")]
+mod area;
+mod backing;
+mod checker;
+mod error;
+#[cfg(feature = "alloc")]
+mod info;
+#[cfg(feature = "alloc")]
+mod lazy;
+#[cfg(feature = "alloc")]
+mod mapper;
+#[cfg(feature = "alloc")]
+mod nodes;
+pub mod purge;
+#[cfg(feature = "alloc")]
+mod vmalloc;
+#[cfg(feature = "alloc")]
+mod vmap_block;
+
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_mutation;
+
+#[cfg(feature = "alloc")]
+pub use area::{AreaInfo, AreaKind, AreaState, PurgeReport, VmallocConfig, VmallocStats};
+pub use backing::VmallocMem;
+pub use checker::{AllocCheck, NoCheck};
+#[cfg(feature = "std")]
+pub use checker::{StaleTlbChecker, StaleTlbViolation};
+pub use error::VmallocError;
+#[cfg(feature = "alloc")]
+pub use info::{InfoLine, vmallocinfo};
+#[cfg(feature = "alloc")]
+pub use lazy::{LazyAccount, LazyRange, PurgeBatch};
+#[cfg(feature = "alloc")]
+pub use mapper::NoFlush;
+#[cfg(feature = "alloc")]
+pub use nodes::{NodeLazy, NodeVmalloc};
+pub use purge::{Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy};
+#[cfg(feature = "alloc")]
+pub use vmalloc::Vmalloc;
+#[cfg(feature = "alloc")]
+pub use vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC};
 
 cfg_if::cfg_if! {
     if #[cfg(target_arch = "x86_64")] {

@@ -1,11 +1,47 @@
 //! zap-walker: map, translate and unmap ("zap") ranges of any
-//! [`arch_api::PageTableLayout`] under a work budget.
+//! [`PageTableLayout`] under a work budget, with an `mmu_gather`-style TLB
+//! batch and lock-break points.
 //!
-//! It will hold: the generic walker, the `ZapBudget` seam (`work`, `address`,
-//! `unbounded` policies), the mmu_gather-style TLB batch and the freeing of
-//! empty table pages. Lands with issue 4; today it fixes its place in the
-//! dependency graph (arch-api only: it never names an architecture).
+//! One [`Walker`] serves every layout of the workspace (x86_64 4- and 5-level,
+//! aarch64 4K/16K/64K granules, ia64-sim): it only reads the geometry and the
+//! entry format from `arch-api`, never names an architecture.
+//!
+//! * [`Walker::map_range`] installs leaves, allocating table pages from the
+//!   caller's [`FrameSource`] (all of them before the first leaf is written, so
+//!   a failed map changes nothing).
+//! * [`Walker::translate`] is the software MMU.
+//! * [`Walker::zap_range`] clears a range under a [`ZapBudget`] (the seam:
+//!   `work`, `address`, `unbounded` in [`budget`]), batching freed frames and
+//!   emptied tables in a [`Gather`] that flushes the TLB once per batch, and
+//!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
+//!   Table pages that become empty are freed, as Linux's `free_pgtables`.
+//!
+//! Start reading at `walker.rs` (tables, shadow counts, the root split), then
+//! `zap.rs` (the level function that returns the address it reached), then
+//! `budget/work.rs`.
 #![no_std]
 #![deny(missing_docs)]
 
-pub use arch_api::{PageTableLayout, TlbFlush};
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+pub mod budget;
+mod errors;
+mod gather;
+mod map;
+mod stats;
+mod translate;
+mod walker;
+mod zap;
+
+pub use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
+pub use budget::{
+    AddressBudget, BreakInfo, LockBreak, NoBreak, Unbounded, WorkBudget, ZAP_BLOCK_PAGES,
+    ZAP_BLOCK_PAGES_PREEMPT, ZapBudget,
+};
+pub use errors::WalkError;
+pub use gather::{DEFAULT_BATCH, Gather, GatherStats};
+pub use map::{Frames, MapHint};
+pub use stats::WalkStats;
+pub use translate::Translation;
+pub use walker::{MAX_LEVELS, Walker};

@@ -1,0 +1,473 @@
+//! `harness slab-test`, `kmem-bench` and `slabinfo` (story 3): slub-core's
+//! two fronts (tid and sheaves) against glibc malloc (`System`), the
+//! `mimalloc` crate and the `slabmalloc` crate, side by side in one run.
+//! Cycles come from `rdtsc` (x86_64) / `cntvct_el0` (aarch64); every figure
+//! is the median of `REPEAT` runs.
+
+use crate::cli::Common;
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+use slabmalloc::Allocator as _;
+use slub_core::{CacheFlags, Kmalloc, SystemPages, ThreadCpus};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+const REPEAT: usize = 5;
+
+/// Allocators compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    /// slub-core, tid fast path.
+    Slub,
+    /// slub-core, sheaves front.
+    Sheaves,
+    /// The mimalloc crate.
+    Mimalloc,
+    /// glibc malloc through `std::alloc::System`.
+    System,
+    /// The slabmalloc crate (single-threaded; no remote free).
+    Slabmalloc,
+    /// Every allocator.
+    All,
+}
+
+const ALL: [Which; 5] = [
+    Which::Slub,
+    Which::Sheaves,
+    Which::Mimalloc,
+    Which::System,
+    Which::Slabmalloc,
+];
+
+fn name(w: Which) -> &'static str {
+    match w {
+        Which::Slub => "slub",
+        Which::Sheaves => "sheaves",
+        Which::Mimalloc => "mimalloc",
+        Which::System => "system",
+        Which::Slabmalloc => "slabmalloc",
+        Which::All => "all",
+    }
+}
+
+/// `slab-test` flags.
+#[derive(Args, Debug, Clone)]
+pub struct SlabTestArgs {
+    /// Allocator.
+    #[arg(long, value_enum, default_value = "all")]
+    pub allocator: Which,
+    /// Objects per size (allocs, then frees; and as many alloc/free pairs).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub count: u64,
+}
+
+/// `kmem-bench` flags.
+#[derive(Args, Debug, Clone)]
+pub struct KmemBenchArgs {
+    /// Allocator.
+    #[arg(long, value_enum, default_value = "all")]
+    pub allocator: Which,
+    /// Object size.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    pub object_size: u64,
+    /// N of the N-pattern.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub n: u64,
+    /// Loop count.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub loops: u64,
+    /// Freeing threads for the remote-free test.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+}
+
+/// `slabinfo` flags.
+#[derive(Args, Debug, Clone)]
+pub struct SlabinfoArgs {
+    /// Use the sheaves front.
+    #[arg(long)]
+    pub sheaves: bool,
+}
+
+/// One allocator behind a uniform, thread-safe-where-possible face.
+trait Bench: Sync {
+    fn alloc(&self, l: Layout) -> *mut u8;
+    /// # Safety
+    /// `p` from `alloc(l)`.
+    unsafe fn free(&self, p: *mut u8, l: Layout);
+    fn remote_ok(&self) -> bool {
+        true
+    }
+}
+
+struct Slub(Kmalloc<&'static SystemPages, ThreadCpus>);
+impl Bench for Slub {
+    #[inline(always)]
+    fn alloc(&self, l: Layout) -> *mut u8 {
+        self.0.alloc(l).map_or(std::ptr::null_mut(), |p| p.as_ptr())
+    }
+    #[inline(always)]
+    unsafe fn free(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller passes back what `alloc(l)` returned.
+        if unsafe { self.0.free(NonNull::new_unchecked(p), l) }.is_err() {
+            std::process::abort();
+        }
+    }
+}
+
+struct Sys<A: GlobalAlloc + Sync>(A);
+impl<A: GlobalAlloc + Sync> Bench for Sys<A> {
+    #[inline(always)]
+    fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: non-zero sizes only.
+        unsafe { self.0.alloc(l) }
+    }
+    #[inline(always)]
+    unsafe fn free(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.dealloc(p, l) }
+    }
+}
+
+/// slabmalloc's zone allocator, refilled with pages from `System`. It takes
+/// `&mut self`, so it is used from one thread only (no remote-free figure).
+struct SlabM(UnsafeCell<slabmalloc::ZoneAllocator<'static>>);
+// SAFETY: only ever used from the thread that created it (remote_ok false).
+unsafe impl Sync for SlabM {}
+impl Bench for SlabM {
+    fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: single-threaded use (see the type).
+        let z = unsafe { &mut *self.0.get() };
+        loop {
+            match z.allocate(l) {
+                Ok(p) => return p.as_ptr(),
+                Err(slabmalloc::AllocationError::OutOfMemory) => {
+                    // SAFETY: fresh, aligned, zeroed pages of the right size,
+                    // leaked to slabmalloc for the rest of the run.
+                    unsafe {
+                        if l.size() <= slabmalloc::ZoneAllocator::MAX_BASE_ALLOC_SIZE {
+                            let p =
+                                System.alloc_zeroed(Layout::from_size_align(4096, 4096).unwrap());
+                            z.refill(l, &mut *(p as *mut slabmalloc::ObjectPage)).ok();
+                        } else {
+                            let p = System
+                                .alloc_zeroed(Layout::from_size_align(2 << 20, 2 << 20).unwrap());
+                            z.refill_large(l, &mut *(p as *mut slabmalloc::LargeObjectPage))
+                                .ok();
+                        }
+                    }
+                }
+                Err(_) => return std::ptr::null_mut(),
+            }
+        }
+    }
+    unsafe fn free(&self, p: *mut u8, l: Layout) {
+        // SAFETY: single-threaded; `p` came from `allocate(l)`.
+        let _ = unsafe { &mut *self.0.get() }.deallocate(NonNull::new(p).unwrap(), l);
+    }
+    fn remote_ok(&self) -> bool {
+        false
+    }
+}
+
+fn make(w: Which) -> Box<dyn Bench> {
+    let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
+    match w {
+        Which::Slub => Box::new(Slub(
+            Kmalloc::new(pages, ThreadCpus, CacheFlags::NONE).unwrap(),
+        )),
+        Which::Sheaves => Box::new(Slub(
+            Kmalloc::new(pages, ThreadCpus, CacheFlags::SHEAVES).unwrap(),
+        )),
+        Which::Mimalloc => Box::new(Sys(mimalloc::MiMalloc)),
+        Which::System | Which::All => Box::new(Sys(System)),
+        Which::Slabmalloc => Box::new(SlabM(UnsafeCell::new(slabmalloc::ZoneAllocator::new()))),
+    }
+}
+
+/// A cycle counter: `rdtsc` on x86_64, `cntvct_el0` on aarch64 (a fixed-
+/// frequency counter, not core cycles), nanoseconds elsewhere.
+#[inline(always)]
+pub fn cycles() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions.
+    return unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(target_arch = "aarch64")]
+    {
+        let v: u64;
+        // SAFETY: reading the virtual counter is allowed at EL0 on Linux.
+        unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) v) };
+        return v;
+    }
+    #[allow(unreachable_code)]
+    {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn list(w: Which) -> Vec<Which> {
+    if w == Which::All {
+        ALL.to_vec()
+    } else {
+        vec![w]
+    }
+}
+
+fn emit(common: &Common, v: Value, table: impl FnOnce()) -> i32 {
+    if common.json {
+        println!("{v}");
+    } else {
+        table();
+    }
+    0
+}
+
+/// `slab-test`: per size 8..16384, `count` allocs then `count` frees, and
+/// `count` alloc/free pairs; cycles per operation.
+pub fn slab_test(common: &Common, a: &SlabTestArgs) -> i32 {
+    let n = a.count as usize;
+    let mut results = Vec::new();
+    for w in list(a.allocator) {
+        let b = make(w);
+        let mut sizes = Vec::new();
+        for shift in 3..=14 {
+            let size = 1usize << shift;
+            let l = Layout::from_size_align(size, 8).unwrap();
+            let mut ptrs = vec![std::ptr::null_mut(); n];
+            let (mut al, mut fr, mut pr) = (vec![], vec![], vec![]);
+            for _ in 0..REPEAT {
+                let t = cycles();
+                for p in ptrs.iter_mut() {
+                    *p = b.alloc(l);
+                }
+                al.push((cycles() - t) as f64 / n as f64);
+                let t = cycles();
+                for &p in &ptrs {
+                    // SAFETY: allocated above with `l`.
+                    unsafe { b.free(p, l) };
+                }
+                fr.push((cycles() - t) as f64 / n as f64);
+                let t = cycles();
+                for _ in 0..n {
+                    let p = b.alloc(l);
+                    // SAFETY: allocated just above.
+                    unsafe { b.free(std::hint::black_box(p), l) };
+                }
+                pr.push((cycles() - t) as f64 / n as f64);
+            }
+            sizes.push(json!({"size": size, "alloc_cycles": median(al).round() as u64,
+                "free_cycles": median(fr).round() as u64, "pair_cycles": median(pr).round() as u64}));
+        }
+        results.push(json!({"allocator": name(w), "sizes": sizes}));
+    }
+    let v = json!({"count": n, "results": results});
+    emit(common, v.clone(), || {
+        println!(
+            "{:<11} {:>6} {:>12} {:>11} {:>11}",
+            "allocator", "size", "alloc_cyc", "free_cyc", "pair_cyc"
+        );
+        for r in v["results"].as_array().unwrap() {
+            for s in r["sizes"].as_array().unwrap() {
+                println!(
+                    "{:<11} {:>6} {:>12} {:>11} {:>11}",
+                    r["allocator"].as_str().unwrap(),
+                    s["size"],
+                    s["alloc_cycles"],
+                    s["free_cycles"],
+                    s["pair_cycles"]
+                );
+            }
+        }
+    })
+}
+
+fn fastpath_reuse(b: &dyn Bench, l: Layout, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = b.alloc(l);
+        // SAFETY: allocated just above.
+        unsafe { b.free(std::hint::black_box(p), l) };
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
+fn n_pattern(b: &dyn Bench, l: Layout, n: usize, loops: usize) -> f64 {
+    let mut ptrs = vec![std::ptr::null_mut(); n];
+    let rounds = (loops / n).max(1);
+    let t = Instant::now();
+    for _ in 0..rounds {
+        for p in ptrs.iter_mut() {
+            *p = b.alloc(l);
+        }
+        for &p in &ptrs {
+            // SAFETY: allocated above.
+            unsafe { b.free(p, l) };
+        }
+    }
+    t.elapsed().as_nanos() as f64 / (rounds * n) as f64
+}
+
+/// One thread allocates batches of `n`, `threads` others free them.
+fn remote_free(b: &dyn Bench, l: Layout, n: usize, loops: usize, threads: usize) -> f64 {
+    let batches = (loops / n).max(threads);
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads)
+        .map(|_| std::sync::mpsc::sync_channel::<Vec<usize>>(4))
+        .unzip();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for rx in rxs {
+            s.spawn(move || {
+                for batch in rx {
+                    for p in batch {
+                        // SAFETY: allocated by the producer with `l`, freed once.
+                        unsafe { b.free(p as *mut u8, l) };
+                    }
+                }
+            });
+        }
+        for i in 0..batches {
+            let batch: Vec<usize> = (0..n).map(|_| b.alloc(l) as usize).collect();
+            txs[i % threads].send(batch).unwrap();
+        }
+        drop(txs);
+    });
+    t.elapsed().as_nanos() as f64 / (batches * n) as f64
+}
+
+/// Two dependent `cmpxchg16b` per iteration on one cell (the tid path's
+/// floor: its alloc and its free), LOCKed and not.
+fn dwcas_floor(loops: usize) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use arch_api::{DoubleWord, DwCas, DwCell};
+        use arch_x86_64::Cmpxchg16b;
+        let run = |local: bool| {
+            let cell = DwCell::new(DoubleWord::new(0, 0));
+            let mut cur = DoubleWord::new(0, 0);
+            let t = Instant::now();
+            for _ in 0..loops {
+                for _ in 0..2 {
+                    let new = DoubleWord::new(cur.lo + 1, cur.hi + 1);
+                    let r = if local {
+                        Cmpxchg16b::compare_exchange_local(&cell, cur, new)
+                    } else {
+                        Cmpxchg16b::compare_exchange(&cell, cur, new)
+                    };
+                    cur = match r {
+                        Ok(_) => new,
+                        Err(seen) => seen,
+                    };
+                }
+            }
+            std::hint::black_box(cur);
+            t.elapsed().as_nanos() as f64 / loops as f64
+        };
+        let (mut l, mut u) = (vec![], vec![]);
+        for _ in 0..REPEAT {
+            l.push(run(false));
+            u.push(run(true));
+        }
+        (median(l), median(u))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = loops;
+        (f64::NAN, f64::NAN)
+    }
+}
+
+/// `kmem-bench`: fastpath reuse, N-pattern, remote free; ns per object.
+pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
+    let l = Layout::from_size_align(a.object_size as usize, 8).unwrap();
+    let (n, loops, threads) = (a.n as usize, a.loops as usize, a.threads as usize);
+    let mut results = Vec::new();
+    for w in list(a.allocator) {
+        let b = make(w);
+        // Warm up (slabs, sheaves, thread caches).
+        n_pattern(&*b, l, n, n * 4);
+        let fr = median((0..REPEAT).map(|_| fastpath_reuse(&*b, l, loops)).collect());
+        let np = median((0..REPEAT).map(|_| n_pattern(&*b, l, n, loops)).collect());
+        let rf = b.remote_ok().then(|| {
+            median(
+                (0..REPEAT)
+                    .map(|_| remote_free(&*b, l, n, loops, threads))
+                    .collect(),
+            )
+        });
+        let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
+            "remote_free_ns": rf});
+        if rf.is_none() {
+            r["note"] = json!("single-threaded allocator (&mut self): no remote free");
+        }
+        results.push(r);
+    }
+    let (locked, local) = dwcas_floor(loops);
+    let v = json!({"object_size": a.object_size, "n": n, "loops": loops, "threads": threads,
+        "results": results,
+        "dwcas_floor": {"two_lock_cmpxchg16b_ns": locked, "two_cmpxchg16b_ns": local}});
+    emit(common, v.clone(), || {
+        println!(
+            "{:<11} {:>18} {:>14} {:>16}",
+            "allocator", "fastpath_reuse_ns", "n_pattern_ns", "remote_free_ns"
+        );
+        for r in v["results"].as_array().unwrap() {
+            println!(
+                "{:<11} {:>18.2} {:>14.2} {:>16}",
+                r["allocator"].as_str().unwrap(),
+                r["fastpath_reuse_ns"].as_f64().unwrap(),
+                r["n_pattern_ns"].as_f64().unwrap(),
+                r["remote_free_ns"]
+                    .as_f64()
+                    .map_or("n/a".into(), |x| format!("{x:.2}"))
+            );
+        }
+        println!(
+            "floor: two dependent lock cmpxchg16b {locked:.2} ns, two cmpxchg16b {local:.2} ns"
+        );
+    })
+}
+
+/// `slabinfo`: a short workload on the kmalloc caches, then the dump.
+pub fn slabinfo(common: &Common, a: &SlabinfoArgs) -> i32 {
+    let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
+    let flags = if a.sheaves {
+        CacheFlags::SHEAVES
+    } else {
+        CacheFlags::NONE
+    };
+    let km: Kmalloc<&SystemPages, ThreadCpus> = Kmalloc::new(pages, ThreadCpus, flags).unwrap();
+    let mut held = Vec::new();
+    for i in 0..20_000usize {
+        let l = Layout::from_size_align(8 << (i % 12), 8).unwrap();
+        let p = km.alloc(l).unwrap();
+        if i % 3 == 0 {
+            held.push((p, l));
+        } else {
+            // SAFETY: allocated just above.
+            unsafe { km.free(p, l) }.unwrap();
+        }
+    }
+    let infos: Vec<_> = km.caches().iter().rev().map(|c| c.slabinfo()).collect();
+    let v = json!({"slabinfo": infos.iter().map(|i| json!({"name": i.name, "active_objs": i.active_objs,
+        "num_objs": i.num_objs, "objsize": i.objsize, "objperslab": i.objperslab,
+        "pagesperslab": i.pagesperslab, "active_slabs": i.active_slabs, "num_slabs": i.num_slabs})).collect::<Vec<_>>()});
+    let code = emit(common, v, || {
+        println!("{}", slub_core::SlabInfo::HEADER);
+        for i in &infos {
+            println!("{i}");
+        }
+    });
+    for (p, l) in held {
+        // SAFETY: allocated above, freed once.
+        unsafe { km.free(p, l) }.unwrap();
+    }
+    code
+}

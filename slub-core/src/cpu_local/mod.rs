@@ -1,0 +1,116 @@
+//! The `CpuLocal` seam: how the allocator reaches "this CPU's" state and
+//! keeps it consistent.
+//!
+//! The tid fast path runs with **no guard at all**: it reads the current CPU
+//! id, loads that CPU's tid and then its freelist, and publishes the update
+//! with one double-word CAS on that CPU's `(freelist, tid)` cell. The tid
+//! (unique per CPU, stepped on every update) makes the CAS fail if anything
+//! else updated the cell in between or if the task now runs elsewhere, so no
+//! preempt_disable is needed there. Everything else (slow paths, per-CPU
+//! partial lists, the sheaves) runs under [`CpuLocal::pin`]'s guard.
+//!
+//! # What a bare-metal implementation must guarantee
+//!
+//! An OS implements this trait for its kernel (one CPU = one slot):
+//!
+//! * [`nr_cpus`](CpuLocal::nr_cpus): the number of possible CPUs, fixed for
+//!   the life of every cache; CPU ids are `0..nr_cpus`.
+//! * [`current_cpu`](CpuLocal::current_cpu): the id of the CPU the caller is
+//!   running on at the instant of the call (it may be stale right after, if
+//!   preemption is on; the tid handles that). Must be cheap (a `%gs`/`tpidr_el1`
+//!   relative load).
+//! * [`pin`](CpuLocal::pin): returns a guard and the current id; while the
+//!   guard lives the caller stays on that CPU and no other code that touches
+//!   this allocator runs on it: preemption **and** interrupts that may
+//!   allocate are off (`local_irq_save`), or the OS forbids allocation from
+//!   interrupt context. The guard restores the previous state on drop.
+//! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
+//!   by code running on their own CPU (true for a normal kernel: the fast
+//!   path runs on the CPU whose cell it updates, and interrupts are the only
+//!   thing that can interleave, against which the CPU-local DW-CAS is
+//!   atomic). Then the fast path uses [`DwCas::compare_exchange_local`]
+//!   (`cmpxchg16b` without LOCK on x86_64, as `this_cpu_cmpxchg_double`).
+//!   Otherwise it uses the SMP flavour.
+//!
+//! The CAS must hit the cell of the CPU the task runs on *when the CAS
+//! executes* (on x86 Linux it is `%gs`-relative); the hosted backends model
+//! that by re-reading [`current_cpu`](CpuLocal::current_cpu) just before the CAS.
+//!
+//! [`DwCas::compare_exchange_local`]: arch_api::DwCas::compare_exchange_local
+
+#[cfg(feature = "std")]
+pub mod migrating;
+#[cfg(feature = "std")]
+pub mod thread;
+
+/// Where the allocator offers a preemption point to test backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreemptPoint {
+    /// Alloc fast path: after reading tid and freelist, before the CAS.
+    AllocWindow,
+    /// Free fast path: after reading tid and freelist, before the CAS.
+    FreeWindow,
+}
+
+/// Per-CPU addressing and the guard that keeps a task on its CPU (see the
+/// [module docs](self) for the bare-metal contract).
+///
+/// # Safety
+/// Implementations must uphold the guarantees listed in the module docs; in
+/// particular `OWNER_ONLY_WRITES = true` must only be claimed when no two
+/// threads of execution can run the allocator on the same CPU id at once
+/// (other than an interrupt nesting on that CPU), because the CPU-local
+/// DW-CAS is not atomic against other CPUs.
+pub unsafe trait CpuLocal: Sync {
+    /// Whether only the owning CPU ever writes its per-CPU state (selects the
+    /// CPU-local DW-CAS flavour).
+    const OWNER_ONLY_WRITES: bool;
+
+    /// Held while a task must stay on its CPU (preemption / IRQs off).
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// Number of CPU slots; ids are `0..nr_cpus()`.
+    fn nr_cpus(&self) -> usize;
+
+    /// The current CPU, if the caller has a stable one outside a guard;
+    /// `None` sends the fast path to [`pin`](Self::pin).
+    fn current_cpu(&self) -> Option<usize>;
+
+    /// Pins the caller to its CPU until the guard drops; returns the id.
+    fn pin(&self) -> (Self::Guard<'_>, usize);
+
+    /// A point at which a test backend may preempt or migrate the caller.
+    /// Real backends leave it empty (it inlines away).
+    #[inline(always)]
+    fn preempt_point(&self, at: PreemptPoint) {
+        let _ = at;
+    }
+}
+
+// SAFETY: forwards to `T`.
+unsafe impl<T: CpuLocal> CpuLocal for &T {
+    const OWNER_ONLY_WRITES: bool = T::OWNER_ONLY_WRITES;
+    type Guard<'a>
+        = T::Guard<'a>
+    where
+        Self: 'a;
+
+    #[inline(always)]
+    fn nr_cpus(&self) -> usize {
+        (**self).nr_cpus()
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> Option<usize> {
+        (**self).current_cpu()
+    }
+    #[inline(always)]
+    fn pin(&self) -> (Self::Guard<'_>, usize) {
+        (**self).pin()
+    }
+    #[inline(always)]
+    fn preempt_point(&self, at: PreemptPoint) {
+        (**self).preempt_point(at)
+    }
+}

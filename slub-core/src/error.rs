@@ -1,0 +1,153 @@
+//! Typed errors. Nothing in this crate panics on bad input: a bad pointer, a
+//! corrupted freelist or a destroy with live objects comes back as one of
+//! these, and only the `GlobalAlloc` adapter (which has no way to return an
+//! error from `dealloc`) turns them into an abort.
+
+use core::fmt;
+
+/// Why a cache could not be created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheError {
+    /// Object size zero, or so large that not one object fits a slab of the
+    /// largest order.
+    BadSize,
+    /// Alignment not a power of two, or larger than a slab.
+    BadAlign,
+    /// The page source could not provide the per-CPU array.
+    OutOfMemory,
+}
+
+impl fmt::Display for CacheError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CacheError::BadSize => "object size is zero or too large for a slab",
+            CacheError::BadAlign => "alignment is not a power of two or exceeds the slab size",
+            CacheError::OutOfMemory => "no memory for the per-CPU state",
+        })
+    }
+}
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// The page source has no memory for a new slab.
+    OutOfMemory,
+    /// A freelist pointer decoded to something that is neither an object
+    /// boundary of its slab nor the slab's end token: memory corruption (a
+    /// write after free, or an overflow from a neighbour). The pointer was
+    /// not followed.
+    FreelistCorrupted {
+        /// The object whose stored freelist pointer was bad.
+        object: usize,
+        /// The decoded (bad) value.
+        decoded: usize,
+    },
+    /// (`debug`) A free object's poison or red zone was overwritten while it
+    /// sat on the freelist (use after free). The object is not handed out.
+    PoisonOverwritten {
+        /// The object.
+        object: usize,
+    },
+    /// The cache has been destroyed.
+    Destroyed,
+    /// (kmalloc) A size or alignment no class or page allocation can serve.
+    BadLayout,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::OutOfMemory => f.write_str("out of memory for a new slab"),
+            AllocError::FreelistCorrupted { object, decoded } => write!(
+                f,
+                "freelist pointer in object {object:#x} decodes to {decoded:#x}, not an object of its slab"
+            ),
+            AllocError::PoisonOverwritten { object } => {
+                write!(f, "free object {object:#x} was written after free")
+            }
+            AllocError::Destroyed => f.write_str("cache has been destroyed"),
+            AllocError::BadLayout => f.write_str("size or alignment not servable"),
+        }
+    }
+}
+
+/// Why a free was refused. The object is left as it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// Null pointer.
+    Null,
+    /// The pointer is not in a slab of this cache.
+    ForeignPointer {
+        /// The pointer.
+        ptr: usize,
+    },
+    /// The pointer is inside a slab of this cache but not at an object boundary.
+    Misaligned {
+        /// The pointer.
+        ptr: usize,
+    },
+    /// The object is already free.
+    DoubleFree {
+        /// The pointer.
+        ptr: usize,
+    },
+    /// (`debug`) The object's red zone was overwritten (a buffer overflow).
+    RedZoneOverwritten {
+        /// The pointer.
+        ptr: usize,
+    },
+    /// The cache has been destroyed.
+    Destroyed,
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::Null => f.write_str("free of a null pointer"),
+            FreeError::ForeignPointer { ptr } => {
+                write!(f, "free of {ptr:#x}, which is not an object of this cache")
+            }
+            FreeError::Misaligned { ptr } => {
+                write!(f, "free of {ptr:#x}, which is not at an object boundary")
+            }
+            FreeError::DoubleFree { ptr } => write!(f, "double free of {ptr:#x}"),
+            FreeError::RedZoneOverwritten { ptr } => {
+                write!(f, "red zone of {ptr:#x} overwritten (buffer overflow)")
+            }
+            FreeError::Destroyed => f.write_str("cache has been destroyed"),
+        }
+    }
+}
+
+/// Why `destroy` refused or found a problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestroyError {
+    /// Objects are still allocated; nothing was freed under them and the
+    /// cache stays usable.
+    LiveObjects {
+        /// How many objects remain allocated.
+        remaining: usize,
+    },
+    /// Every object was free but some slabs could not be found to return
+    /// (a lost slab: the 2014 end-token bug class).
+    LeakedSlabs {
+        /// Slabs obtained from the page source and not returned.
+        slabs: usize,
+    },
+    /// The cache had already been destroyed.
+    AlreadyDestroyed,
+}
+
+impl fmt::Display for DestroyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DestroyError::LiveObjects { remaining } => {
+                write!(f, "cache still has {remaining} live objects")
+            }
+            DestroyError::LeakedSlabs { slabs } => {
+                write!(f, "{slabs} slabs could not be returned (lost slabs)")
+            }
+            DestroyError::AlreadyDestroyed => f.write_str("cache already destroyed"),
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The tid front: per-CPU `(freelist, tid)` updated with one DW-CAS.
+//!
+//! Fast path (no guard, no preempt_disable): read the CPU id, load the tid,
+//! then the freelist (tid first: a freelist read after a tid is vouched for
+//! by that tid), compute the new pair and CAS it into the cell of the CPU the
+//! task is on *now*. Tids start at the CPU number and step by a power of two
+//! at least the number of CPUs, so tids of different CPUs never meet: a CAS
+//! after a migration fails (it compares another CPU's tid), and a CAS after
+//! anything else touched the cell fails (the tid moved on). Either way the
+//! operation retries; it never succeeds on stale state.
+//!
+//! When the CPU freelist is exhausted it holds the slab's end token, so the
+//! slow path (`alloc_pinned`, under the CpuLocal guard) still knows which slab
+//! it was: it takes the frees that arrived remotely on that slab, or switches
+//! to a slab from the per-CPU partial list, the node partial list or the page
+//! source, and then deactivates the old one (the 2014 leak was losing it).
+
+use crate::cache::KmemCache;
+use crate::cpu_local::{CpuLocal, PreemptPoint};
+use crate::error::{AllocError, FreeError};
+use crate::freelist::{NO_SLAB, is_token, valid_next, walk};
+use crate::page_source::PageSource;
+use crate::sheaves::Sheaf;
+use crate::slab::Slab;
+use crate::stat;
+use crate::sync::UnsafeCellPtr;
+use arch_api::sync::RawMutex;
+use arch_api::sync::atomic::Ordering;
+use arch_api::{DoubleWord, DwCas, DwCell};
+use core::cell::UnsafeCell;
+
+/// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
+/// `cell`; the rest is protected by the CpuLocal guard.
+#[repr(C, align(64))]
+pub(crate) struct CpuSlab {
+    /// `(freelist, tid)`: lo = raw freelist head or end token, hi = tid.
+    pub(crate) cell: DwCell,
+    /// Per-CPU partial slabs (frozen), linked through `Slab::next`.
+    pub(crate) partial: UnsafeCellPtr<Slab>,
+    pub(crate) nr_partial: UnsafeCell<usize>,
+    /// Sheaves front: the main and the spare sheaf.
+    pub(crate) main: UnsafeCellPtr<Sheaf>,
+    pub(crate) spare: UnsafeCellPtr<Sheaf>,
+    #[cfg(feature = "stats")]
+    pub(crate) stats: crate::stats::CpuStats,
+}
+
+impl CpuSlab {
+    pub(crate) fn new(cpu: u64) -> Self {
+        Self {
+            cell: DwCell::new(DoubleWord::new(
+                NO_SLAB,
+                crate::loom_hooks::initial_tid(cpu),
+            )),
+            partial: UnsafeCellPtr::null(),
+            nr_partial: UnsafeCell::new(0),
+            main: UnsafeCellPtr::null(),
+            spare: UnsafeCellPtr::null(),
+            #[cfg(feature = "stats")]
+            stats: crate::stats::CpuStats::new(),
+        }
+    }
+}
+
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+    /// The next tid of the same CPU.
+    #[inline(always)]
+    pub(crate) fn next_tid(&self, tid: u64) -> u64 {
+        crate::loom_hooks::next_tid(tid, self.tid_step)
+    }
+
+    /// The per-CPU DW-CAS, in the flavour the backend allows.
+    #[inline(always)]
+    pub(crate) fn cpu_cas(&self, c: &CpuSlab, cur: DoubleWord, new: DoubleWord) -> bool {
+        if C::OWNER_ONLY_WRITES {
+            D::compare_exchange_local(&c.cell, cur, new).is_ok()
+        } else {
+            D::compare_exchange(&c.cell, cur, new).is_ok()
+        }
+    }
+
+    /// Reads and validates the next pointer of `obj`, the head of a CPU
+    /// freelist read under `tid`. A bad value with the tid unchanged is
+    /// corruption; with the tid changed it was a stale read (retry).
+    #[inline(always)]
+    fn next_of(&self, c: &CpuSlab, obj: u64, tid: u64) -> Result<Option<u64>, AllocError> {
+        // SAFETY: `obj` is a freelist value that is not a token, so an object
+        // of a live slab of this cache.
+        let next = unsafe { self.codec.get(obj as usize) };
+        if valid_next(&self.geo, self.geo.base_of(obj as usize), next) {
+            return Ok(Some(crate::loom_hooks::end_token_mutation(next)));
+        }
+        if c.cell.load_hi(Ordering::Acquire) != tid {
+            return Ok(None);
+        }
+        Err(AllocError::FreelistCorrupted {
+            object: obj as usize,
+            decoded: next as usize,
+        })
+    }
+
+    /// `slab_alloc` for the tid front.
+    #[inline(always)]
+    pub(crate) fn alloc_tid(&self) -> Result<usize, AllocError> {
+        if let Some(mut cpu) = self.cpus.current_cpu() {
+            loop {
+                let c = self.cpu_slab(cpu);
+                let tid = c.cell.load_hi(Ordering::Acquire);
+                let fl = c.cell.load_lo(Ordering::Acquire);
+                if is_token(fl) {
+                    break;
+                }
+                let Some(next) = self.next_of(c, fl, tid)? else {
+                    continue;
+                };
+                self.cpus.preempt_point(PreemptPoint::AllocWindow);
+                if !C::OWNER_ONLY_WRITES {
+                    // The CAS hits the cell of the CPU we are on now.
+                    cpu = self.cpus.current_cpu().unwrap_or(cpu);
+                }
+                if self.cpu_cas(
+                    self.cpu_slab(cpu),
+                    DoubleWord::new(fl, tid),
+                    DoubleWord::new(next, self.next_tid(tid)),
+                ) {
+                    stat!(self, cpu, AllocFastpath);
+                    return Ok(fl as usize);
+                }
+                stat!(self, cpu, CmpxchgDoubleCpuFail);
+            }
+        }
+        let (_g, cpu) = self.cpus.pin();
+        self.alloc_pinned(cpu)
+    }
+
+    /// The allocation slow path, under the guard of `cpu` (`___slab_alloc`).
+    pub(crate) fn alloc_pinned(&self, cpu: usize) -> Result<usize, AllocError> {
+        let c = self.cpu_slab(cpu);
+        loop {
+            let tid = c.cell.load_hi(Ordering::Acquire);
+            let fl = c.cell.load_lo(Ordering::Acquire);
+            if !is_token(fl) {
+                // Objects are there (another task on this CPU freed some, or
+                // the fast path had no CPU id): pop as the fast path does.
+                let Some(next) = self.next_of(c, fl, tid)? else {
+                    continue;
+                };
+                if self.cpu_cas(
+                    c,
+                    DoubleWord::new(fl, tid),
+                    DoubleWord::new(next, self.next_tid(tid)),
+                ) {
+                    stat!(self, cpu, AllocFastpath);
+                    return Ok(fl as usize);
+                }
+                stat!(self, cpu, CmpxchgDoubleCpuFail);
+                continue;
+            }
+            stat!(self, cpu, AllocSlowpath);
+            let old = (fl != NO_SLAB).then(|| self.geo.base_of(fl as usize) as *mut Slab);
+            if let Some(x) = old {
+                // Remote frees may have refilled the slab's own freelist.
+                let chain = self.take_freelist_frozen(x);
+                if !is_token(chain) {
+                    match self.install(c, fl, tid, chain)? {
+                        Some(obj) => {
+                            stat!(self, cpu, AllocRefill);
+                            return Ok(obj);
+                        }
+                        None => {
+                            self.give_back(x, chain);
+                            continue;
+                        }
+                    }
+                }
+            }
+            let (y, chain) = self.new_cpu_slab(c)?;
+            match self.install(c, fl, tid, chain)? {
+                Some(obj) => {
+                    if let Some(x) = old {
+                        // The CPU freelist was exactly x's end token, so none
+                        // of x's objects is on it: unfreeze x as it is.
+                        self.deactivate(x, None);
+                    }
+                    return Ok(obj);
+                }
+                None => {
+                    self.give_back(y, chain);
+                    // SAFETY: under the guard of `cpu`.
+                    unsafe { self.push_cpu_partial(c, y) };
+                }
+            }
+        }
+    }
+
+    /// Installs a freelist `chain` (owned by us) as the CPU freelist, popping
+    /// its first object, if the cell still holds `(fl, tid)`.
+    fn install(
+        &self,
+        c: &CpuSlab,
+        fl: u64,
+        tid: u64,
+        chain: u64,
+    ) -> Result<Option<usize>, AllocError> {
+        // SAFETY: `chain` is an object of a slab we hold frozen.
+        let next = unsafe { self.codec.get(chain as usize) };
+        if !valid_next(&self.geo, self.geo.base_of(chain as usize), next) {
+            return Err(AllocError::FreelistCorrupted {
+                object: chain as usize,
+                decoded: next as usize,
+            });
+        }
+        let next = crate::loom_hooks::end_token_mutation(next);
+        Ok(self
+            .cpu_cas(
+                c,
+                DoubleWord::new(fl, tid),
+                DoubleWord::new(next, self.next_tid(tid)),
+            )
+            .then_some(chain as usize))
+    }
+
+    /// Returns a freelist chain we took from frozen slab `x` to it.
+    fn give_back(&self, x: *mut Slab, chain: u64) {
+        // SAFETY: we own the chain (taken from x's freelist).
+        if let Some((tail, n)) = unsafe { walk(&self.codec, &self.geo, chain) } {
+            let _ = self.slab_free_chain(x, chain as usize, tail, n, false);
+        }
+    }
+
+    /// A frozen slab with its freelist, for the CPU: per-CPU partial list,
+    /// then the node partial list, then a new slab.
+    fn new_cpu_slab(&self, c: &CpuSlab) -> Result<(*mut Slab, u64), AllocError> {
+        // SAFETY: the caller holds the guard of the CPU owning `c`.
+        while let Some(s) = unsafe { self.pop_cpu_partial(c) } {
+            let chain = self.take_freelist_frozen(s);
+            if !is_token(chain) {
+                stat!(self, CpuPartialAlloc);
+                return Ok((s, chain));
+            }
+            self.deactivate(s, None);
+        }
+        if let Some(r) = self.get_partial_node(c) {
+            stat!(self, AllocFromPartial);
+            return Ok(r);
+        }
+        self.new_slab()
+    }
+
+    /// `slab_free` for the tid front.
+    #[inline(always)]
+    pub(crate) fn free_tid(&self, p: usize) -> Result<(), FreeError> {
+        if let Some(mut cpu) = self.cpus.current_cpu() {
+            loop {
+                let c = self.cpu_slab(cpu);
+                let tid = c.cell.load_hi(Ordering::Acquire);
+                let fl = c.cell.load_lo(Ordering::Acquire);
+                if fl == NO_SLAB || !self.geo.in_range(self.geo.base_of(fl as usize), p) {
+                    return self.free_to_slab(p);
+                }
+                if fl == p as u64 {
+                    return Err(FreeError::DoubleFree { ptr: p });
+                }
+                // SAFETY: `p` is an object of the CPU slab (range-checked and
+                // boundary-checked by the caller) and is being freed by us.
+                unsafe { self.codec.set(p, fl) };
+                self.cpus.preempt_point(PreemptPoint::FreeWindow);
+                if !C::OWNER_ONLY_WRITES {
+                    cpu = self.cpus.current_cpu().unwrap_or(cpu);
+                }
+                if self.cpu_cas(
+                    self.cpu_slab(cpu),
+                    DoubleWord::new(fl, tid),
+                    DoubleWord::new(p as u64, self.next_tid(tid)),
+                ) {
+                    stat!(self, cpu, FreeFastpath);
+                    return Ok(());
+                }
+                stat!(self, cpu, CmpxchgDoubleCpuFail);
+            }
+        }
+        let (_g, cpu) = self.cpus.pin();
+        self.free_pinned(cpu, p)
+    }
+
+    /// Free under the guard of `cpu` (also used by sheaf flushes).
+    pub(crate) fn free_pinned(&self, cpu: usize, p: usize) -> Result<(), FreeError> {
+        let c = self.cpu_slab(cpu);
+        loop {
+            let tid = c.cell.load_hi(Ordering::Acquire);
+            let fl = c.cell.load_lo(Ordering::Acquire);
+            if fl == NO_SLAB || !self.geo.in_range(self.geo.base_of(fl as usize), p) {
+                return self.free_to_slab(p);
+            }
+            if fl == p as u64 {
+                return Err(FreeError::DoubleFree { ptr: p });
+            }
+            // SAFETY: as in `free_tid`.
+            unsafe { self.codec.set(p, fl) };
+            if self.cpu_cas(
+                c,
+                DoubleWord::new(fl, tid),
+                DoubleWord::new(p as u64, self.next_tid(tid)),
+            ) {
+                stat!(self, cpu, FreeFastpath);
+                return Ok(());
+            }
+            stat!(self, cpu, CmpxchgDoubleCpuFail);
+        }
+    }
+
+    /// Bulk allocation into `out` under the guard of `cpu`: whole runs of the
+    /// CPU freelist are detached with one CAS each (sheaf refill).
+    pub(crate) fn alloc_bulk_pinned(
+        &self,
+        cpu: usize,
+        out: &mut [usize],
+    ) -> Result<usize, AllocError> {
+        let c = self.cpu_slab(cpu);
+        let mut n = 0;
+        'outer: while n < out.len() {
+            let tid = c.cell.load_hi(Ordering::Acquire);
+            let fl = c.cell.load_lo(Ordering::Acquire);
+            if is_token(fl) {
+                match self.alloc_pinned(cpu) {
+                    Ok(o) => {
+                        out[n] = o;
+                        n += 1;
+                        continue;
+                    }
+                    Err(e) if n == 0 => return Err(e),
+                    Err(_) => break,
+                }
+            }
+            let mut cur = fl;
+            let mut k = 0;
+            while n + k < out.len() && !is_token(cur) {
+                out[n + k] = cur as usize;
+                k += 1;
+                match self.next_of(c, cur, tid)? {
+                    Some(next) => cur = next,
+                    None => continue 'outer,
+                }
+            }
+            if self.cpu_cas(
+                c,
+                DoubleWord::new(fl, tid),
+                DoubleWord::new(cur, self.next_tid(tid)),
+            ) {
+                stat!(self, cpu, AllocFastpath);
+                n += k;
+            }
+        }
+        Ok(n)
+    }
+
+    /// `flush_slab` + `unfreeze_partials`: detaches CPU `cpu`'s slab (merging
+    /// its CPU freelist back into the slab) and unfreezes its partial slabs.
+    /// Under the guard of `cpu`, or with exclusive access to the cache.
+    pub(crate) fn flush_cpu(&self, cpu: usize) {
+        let c = self.cpu_slab(cpu);
+        loop {
+            let tid = c.cell.load_hi(Ordering::Acquire);
+            let fl = c.cell.load_lo(Ordering::Acquire);
+            if fl == NO_SLAB {
+                break;
+            }
+            if !self.cpu_cas(
+                c,
+                DoubleWord::new(fl, tid),
+                DoubleWord::new(NO_SLAB, self.next_tid(tid)),
+            ) {
+                continue;
+            }
+            let x = self.geo.base_of(fl as usize) as *mut Slab;
+            if is_token(fl) {
+                self.deactivate(x, None);
+            } else {
+                // A corrupt list is not followed: the slab then stays frozen
+                // (leaked rather than handed out twice).
+                // SAFETY: the detached CPU freelist is ours now.
+                if let Some((tail, n)) = unsafe { walk(&self.codec, &self.geo, fl) } {
+                    self.deactivate(x, Some((fl as usize, tail, n)));
+                }
+            }
+            stat!(self, cpu, CpuslabFlush);
+            break;
+        }
+        // SAFETY: under the guard of `cpu` or exclusive.
+        while let Some(s) = unsafe { self.pop_cpu_partial(c) } {
+            self.deactivate(s, None);
+        }
+    }
+}

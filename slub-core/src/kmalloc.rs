@@ -1,0 +1,178 @@
+//! kmalloc: power-of-two size classes 8, 16, …, 16384 served from slabs
+//! (objects naturally aligned, slabs of a suitable order, so a 16 KiB object
+//! costs a slab operation, not a page-allocator call: no cliff at 16384);
+//! larger sizes go straight to the page source.
+
+use crate::cache::{CacheFlags, KmemCache};
+use crate::cpu_local::CpuLocal;
+use crate::error::{AllocError, CacheError, DestroyError, FreeError};
+use crate::page_source::PageSource;
+use arch_api::DwCas;
+use arch_api::sync::{DefaultRawMutex, RawMutex};
+use core::alloc::Layout;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Smallest class.
+pub const KMALLOC_MIN_SIZE: usize = 8;
+/// Largest size served from slabs (`KMALLOC_MAX_CACHE_SIZE`).
+pub const KMALLOC_MAX_CACHE_SIZE: usize = 16384;
+/// Number of classes.
+pub const NR_KMALLOC_CLASSES: usize = 12;
+
+const NAMES: [&str; NR_KMALLOC_CLASSES] = [
+    "kmalloc-8",
+    "kmalloc-16",
+    "kmalloc-32",
+    "kmalloc-64",
+    "kmalloc-128",
+    "kmalloc-256",
+    "kmalloc-512",
+    "kmalloc-1k",
+    "kmalloc-2k",
+    "kmalloc-4k",
+    "kmalloc-8k",
+    "kmalloc-16k",
+];
+
+/// The kmalloc caches and the large-allocation path.
+pub struct Kmalloc<P, C, D = crate::DefaultDwCas, R = DefaultRawMutex>
+where
+    P: PageSource + Clone,
+    C: CpuLocal + Clone,
+    D: DwCas,
+    R: RawMutex,
+{
+    caches: [KmemCache<P, C, D, R>; NR_KMALLOC_CLASSES],
+    pages: P,
+    large_bytes: AtomicUsize,
+}
+
+impl<P, C, D, R> core::fmt::Debug for Kmalloc<P, C, D, R>
+where
+    P: PageSource + Clone,
+    C: CpuLocal + Clone,
+    D: DwCas,
+    R: RawMutex,
+{
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Kmalloc")
+            .field("large_bytes", &self.large_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The class index for `layout`, or `None` for a large allocation.
+pub fn kmalloc_index(size: usize, align: usize) -> Option<usize> {
+    let need = size.max(align).max(KMALLOC_MIN_SIZE);
+    if need > KMALLOC_MAX_CACHE_SIZE {
+        return None;
+    }
+    Some(need.next_power_of_two().trailing_zeros() as usize - 3)
+}
+
+impl<P, C, D, R> Kmalloc<P, C, D, R>
+where
+    P: PageSource + Clone,
+    C: CpuLocal + Clone,
+    D: DwCas,
+    R: RawMutex,
+{
+    /// Creates the twelve caches (`flags` for each, e.g. the sheaves front).
+    pub fn new(pages: P, cpus: C, flags: CacheFlags) -> Result<Self, CacheError> {
+        let made: [Result<KmemCache<P, C, D, R>, CacheError>; NR_KMALLOC_CLASSES] =
+            core::array::from_fn(|i| {
+                let size = KMALLOC_MIN_SIZE << i;
+                KmemCache::new(NAMES[i], size, size, flags, pages.clone(), cpus.clone())
+            });
+        if let Some(Err(e)) = made.iter().find(|r| r.is_err()) {
+            return Err(*e);
+        }
+        let caches = made.map(|r| match r {
+            Ok(c) => c,
+            Err(_) => unreachable!("checked above"),
+        });
+        Ok(Self {
+            caches,
+            pages,
+            large_bytes: AtomicUsize::new(0),
+        })
+    }
+
+    /// The caches, smallest first.
+    pub fn caches(&self) -> &[KmemCache<P, C, D, R>] {
+        &self.caches
+    }
+
+    /// Bytes of large allocations outstanding.
+    pub fn large_bytes(&self) -> usize {
+        self.large_bytes.load(Ordering::Relaxed)
+    }
+
+    fn large_layout(&self, layout: Layout) -> Option<(usize, usize)> {
+        let page = self.pages.page_size();
+        let size = layout.size().max(1).checked_next_multiple_of(page)?;
+        Some((size, layout.align().max(page)))
+    }
+
+    /// `kmalloc`.
+    #[inline]
+    pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
+        match kmalloc_index(layout.size(), layout.align()) {
+            Some(i) => self.caches[i].alloc(),
+            None => {
+                let (size, align) = self.large_layout(layout).ok_or(AllocError::BadLayout)?;
+                let p = self
+                    .pages
+                    .alloc_pages(size, align)
+                    .ok_or(AllocError::OutOfMemory)?;
+                self.large_bytes.fetch_add(size, Ordering::Relaxed);
+                Ok(p)
+            }
+        }
+    }
+
+    /// `kfree`, given the layout it was allocated with.
+    ///
+    /// # Safety
+    /// `ptr` was returned by [`alloc`](Self::alloc) with `layout` (for the
+    /// class sizes, the checks of [`KmemCache::free`] apply and bad pointers
+    /// are refused with an error; a large block must be exactly one that was
+    /// allocated), and is not used afterwards.
+    #[inline]
+    pub unsafe fn free(&self, ptr: NonNull<u8>, layout: Layout) -> Result<(), FreeError> {
+        match kmalloc_index(layout.size(), layout.align()) {
+            // SAFETY: the caller's contract.
+            Some(i) => unsafe { self.caches[i].free(ptr) },
+            None => {
+                let Some((size, align)) = self.large_layout(layout) else {
+                    return Err(FreeError::ForeignPointer {
+                        ptr: ptr.as_ptr() as usize,
+                    });
+                };
+                if ptr.as_ptr() as usize % align != 0 {
+                    return Err(FreeError::Misaligned {
+                        ptr: ptr.as_ptr() as usize,
+                    });
+                }
+                // SAFETY: the caller's contract: a large block with this layout.
+                unsafe { self.pages.free_pages(ptr, size, align) };
+                self.large_bytes.fetch_sub(size, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    /// Destroys every cache; the first error is returned (the others are
+    /// still attempted).
+    pub fn destroy(&mut self) -> Result<(), DestroyError> {
+        let mut first = Ok(());
+        for c in &mut self.caches {
+            let r = c.destroy();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}

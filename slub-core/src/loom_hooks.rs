@@ -1,0 +1,52 @@
+//! The few places where a `--cfg loom` test can switch in a deliberately
+//! broken variant (see [`crate::loom_mutation`]). Outside loom every hook is
+//! the correct behaviour and compiles to nothing extra.
+
+#[cfg(loom)]
+use crate::loom_mutation::{self as m, active};
+
+/// First tid of CPU `cpu`: the CPU number.
+#[inline(always)]
+pub(crate) fn initial_tid(cpu: u64) -> u64 {
+    cpu
+}
+
+/// The tid after `tid` on the same CPU.
+#[inline(always)]
+pub(crate) fn next_tid(tid: u64, step: u64) -> u64 {
+    #[cfg(loom)]
+    if active(m::TID_NOT_BUMPED) {
+        return tid;
+    }
+    tid.wrapping_add(step)
+}
+
+/// A next pointer about to become the CPU freelist.
+#[inline(always)]
+pub(crate) fn end_token_mutation(next: u64) -> u64 {
+    #[cfg(loom)]
+    if active(m::NO_END_TOKEN) && crate::freelist::is_token(next) {
+        return crate::freelist::NO_SLAB;
+    }
+    next
+}
+
+/// Whether `deactivate` overwrites the slab state blindly.
+#[inline(always)]
+pub(crate) fn deactivate_blind_store() -> bool {
+    #[cfg(loom)]
+    if active(m::DEACTIVATE_BLIND_STORE) {
+        return true;
+    }
+    false
+}
+
+/// Whether the barn unlinks a full sheaf in a second critical section.
+#[inline(always)]
+pub(crate) fn barn_two_phase() -> bool {
+    #[cfg(loom)]
+    if active(m::BARN_TWO_PHASE) {
+        return true;
+    }
+    false
+}

@@ -1,0 +1,34 @@
+//! The deliberately broken variants the loom models must catch (only under
+//! `--cfg loom`). A test binary selects one at run time; each broken model
+//! lives in its own `tests/loom_*_broken.rs` so the switch never reaches the
+//! correct models. Loom runs model threads on one OS thread, so a plain std
+//! static is enough.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+/// All correct.
+pub const NONE: u8 = 0;
+/// The tid is not stepped on updates: a CAS can succeed on a stale freelist
+/// (ABA), and after a migration on another CPU whose tid happens to match.
+pub const TID_NOT_BUMPED: u8 = 1;
+/// An exhausted CPU freelist holds "no slab" instead of the slab's end
+/// token: the slow path cannot find the slab to deactivate (the 2014 leak).
+pub const NO_END_TOKEN: u8 = 2;
+/// `deactivate_slab` computes the unfrozen state and then stores it over
+/// whatever the slab holds now, losing a remote free that raced in.
+pub const DEACTIVATE_BLIND_STORE: u8 = 3;
+/// The barn hands out a full sheaf and unlinks it in a second critical
+/// section, so two CPUs can take the same sheaf.
+pub const BARN_TWO_PHASE: u8 = 4;
+
+static MUTATION: AtomicU8 = AtomicU8::new(NONE);
+
+/// Selects the broken variant (tests only).
+pub fn set(m: u8) {
+    MUTATION.store(m, Ordering::Relaxed);
+}
+
+/// Whether variant `m` is selected.
+pub fn active(m: u8) -> bool {
+    MUTATION.load(Ordering::Relaxed) == m
+}

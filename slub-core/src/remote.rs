@@ -1,0 +1,119 @@
+//! Frees that do not go to the CPU freelist: the object is not in the
+//! freeing CPU's current slab (a remote free, or a free into a partial or
+//! full slab). They go straight to the slab's own freelist with a slab-level
+//! DW-CAS on `(freelist, counters)` (`__slab_free`); a frozen slab just
+//! collects them for its CPU, an unfrozen one may move between lists.
+
+use crate::cache::KmemCache;
+use crate::cpu_local::CpuLocal;
+use crate::error::FreeError;
+use crate::freelist::end_token;
+use crate::page_source::PageSource;
+use crate::slab::{Counters, Slab};
+use crate::stat;
+use arch_api::sync::RawMutex;
+use arch_api::sync::atomic::Ordering;
+use arch_api::{DoubleWord, DwCas};
+
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+    /// A single-object free that missed the CPU slab: ownership check (the
+    /// slab header's magic; a line the CAS touches anyway), then `__slab_free`.
+    pub(crate) fn free_to_slab(&self, p: usize) -> Result<(), FreeError> {
+        #[cfg(not(feature = "debug"))]
+        // SAFETY: the `free` contract: `p` is in mapped memory.
+        unsafe {
+            self.check_owner(p)?
+        };
+        let x = self.geo.base_of(p) as *mut Slab;
+        self.slab_free_chain(x, p, p, 1, true)
+    }
+
+    /// `__slab_free`: pushes the chain `head..=tail` (`cnt` objects of slab
+    /// `x`, linked) on the slab's freelist.
+    pub(crate) fn slab_free_chain(
+        &self,
+        x: *mut Slab,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+        single: bool,
+    ) -> Result<(), FreeError> {
+        // SAFETY: `x` is a live slab of this cache (checked by the caller).
+        let st = unsafe { &(*x).state };
+        let end = end_token(x as usize);
+        let mut guard = None;
+        let (was_frozen, prior, inuse) = loop {
+            let hi = st.load_hi(Ordering::Acquire);
+            let lo = st.load_lo(Ordering::Acquire);
+            if single && lo == head as u64 {
+                return Err(FreeError::DoubleFree { ptr: head });
+            }
+            let c = Counters(hi);
+            let Some(inuse) = c.inuse().checked_sub(cnt) else {
+                // More frees than objects out: a double free.
+                return Err(FreeError::DoubleFree { ptr: head });
+            };
+            let frozen = c.frozen();
+            if !frozen && (inuse == 0 || lo == end) && guard.is_none() {
+                guard = Some(self.node.lock());
+                continue;
+            }
+            // SAFETY: `tail` is an object being freed by us.
+            unsafe { self.codec.set(tail, lo) };
+            if D::compare_exchange(
+                st,
+                DoubleWord::new(lo, hi),
+                DoubleWord::new(head as u64, c.next(inuse, frozen).0),
+            )
+            .is_ok()
+            {
+                break (frozen, lo, inuse);
+            }
+            stat!(self, CmpxchgDoubleFail);
+        };
+        stat!(self, FreeSlowpath);
+        if was_frozen {
+            stat!(self, FreeRemote);
+            return Ok(());
+        }
+        if let Some(mut n) = guard {
+            if inuse == 0 && n.nr >= self.config.min_partial {
+                // SAFETY: under the node lock.
+                if unsafe { n.contains(x) } {
+                    // SAFETY: under the node lock; x is on the list.
+                    unsafe { n.remove(x) };
+                }
+                drop(n);
+                self.discard_slab(x);
+            } else if prior == end {
+                // Was full and unfrozen (on no list): now partial.
+                // SAFETY: under the node lock; x is on no list.
+                unsafe { n.add(x) };
+                stat!(self, FreeAddPartial);
+            }
+        }
+        Ok(())
+    }
+
+    /// `get_freelist` for a slab this CPU holds frozen: takes its whole
+    /// freelist (remote frees), leaving it frozen with every object counted
+    /// in use. Returns the end token when there was nothing.
+    pub(crate) fn take_freelist_frozen(&self, x: *mut Slab) -> u64 {
+        // SAFETY: `x` is a live slab frozen by the caller's CPU.
+        let st = unsafe { &(*x).state };
+        let end = end_token(x as usize);
+        loop {
+            let hi = st.load_hi(Ordering::Acquire);
+            let lo = st.load_lo(Ordering::Acquire);
+            if lo == end {
+                return end;
+            }
+            let c = Counters(hi);
+            let new = DoubleWord::new(end, c.next(c.objects(), true).0);
+            if D::compare_exchange(st, DoubleWord::new(lo, hi), new).is_ok() {
+                return lo;
+            }
+            stat!(self, CmpxchgDoubleFail);
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! SLUB_STATS-like counters (feature `stats`) and the slabinfo-like dump
+//! (always available; it is computed from the slab counts, not counters).
+//!
+//! Counters are per CPU and bumped with a relaxed load + store (no atomic
+//! read-modify-write on the fast path); with the migrating backend two tasks
+//! on one slot can lose an increment, so treat them as statistics.
+
+use crate::cache::KmemCache;
+use crate::cpu_local::CpuLocal;
+use crate::page_source::PageSource;
+use arch_api::DwCas;
+use arch_api::sync::RawMutex;
+use core::fmt;
+
+macro_rules! items {
+    ($($(#[$m:meta])* $v:ident = $n:literal,)*) => {
+        /// One SLUB_STATS counter.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum StatItem { $($(#[$m])* $v,)* }
+        impl StatItem {
+            /// Every counter, in order.
+            pub const ALL: &'static [StatItem] = &[$(StatItem::$v,)*];
+            /// Linux's name for it (`/sys/kernel/slab/*/` file).
+            pub const fn name(self) -> &'static str {
+                match self { $(StatItem::$v => $n,)* }
+            }
+        }
+    };
+}
+
+items! {
+    /// Allocation served by the lockless path (or the main sheaf).
+    AllocFastpath = "alloc_fastpath",
+    /// Allocation that needed the slow path.
+    AllocSlowpath = "alloc_slowpath",
+    /// Slow path refilled from remote frees on the CPU slab.
+    AllocRefill = "alloc_refill",
+    /// Free to the CPU freelist (or the main sheaf).
+    FreeFastpath = "free_fastpath",
+    /// Free to a slab's own freelist.
+    FreeSlowpath = "free_slowpath",
+    /// Free to a slab frozen by a CPU (a remote free).
+    FreeRemote = "free_remote",
+    /// A free made a full slab partial again.
+    FreeAddPartial = "free_add_partial",
+    /// CPU slab taken from the node partial list.
+    AllocFromPartial = "alloc_from_partial",
+    /// CPU slab taken from the CPU partial list.
+    CpuPartialAlloc = "cpu_partial_alloc",
+    /// New slab from the page source.
+    AllocSlab = "alloc_slab",
+    /// Slab returned to the page source.
+    FreeSlab = "free_slab",
+    /// A CPU slab flushed.
+    CpuslabFlush = "cpuslab_flush",
+    /// Deactivated slab was full (left off-list).
+    DeactivateFull = "deactivate_full",
+    /// Deactivated slab was empty and freed.
+    DeactivateEmpty = "deactivate_empty",
+    /// Deactivated slab went to the node partial list.
+    DeactivateToPartial = "deactivate_to_head",
+    /// Per-CPU DW-CAS failed (retry).
+    CmpxchgDoubleCpuFail = "cmpxchg_double_cpu_fail",
+    /// Slab-level DW-CAS failed (retry).
+    CmpxchgDoubleFail = "cmpxchg_double_fail",
+    /// Main sheaf refilled from slabs.
+    SheafRefill = "sheaf_refill",
+    /// Main sheaf flushed to slabs.
+    SheafFlush = "sheaf_flush",
+    /// Full sheaf taken from the barn.
+    BarnGet = "barn_get",
+    /// Full sheaf put into the barn.
+    BarnPut = "barn_put",
+}
+
+/// Number of counters.
+pub const NR_STATS: usize = StatItem::ALL.len();
+
+/// Per-CPU counters.
+#[cfg(feature = "stats")]
+pub(crate) struct CpuStats([core::sync::atomic::AtomicU64; NR_STATS]);
+
+#[cfg(feature = "stats")]
+impl CpuStats {
+    pub(crate) fn new() -> Self {
+        Self([const { core::sync::atomic::AtomicU64::new(0) }; NR_STATS])
+    }
+
+    #[inline(always)]
+    pub(crate) fn inc(&self, item: StatItem) {
+        use core::sync::atomic::Ordering::Relaxed;
+        let c = &self.0[item as usize];
+        c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+}
+
+/// Bumps a counter (nothing without `stats`).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! stat {
+    ($cache:expr, $cpu:expr, $item:ident) => {{
+        #[cfg(feature = "stats")]
+        $cache
+            .cpu_slab($cpu)
+            .stats
+            .inc($crate::stats::StatItem::$item);
+        #[cfg(not(feature = "stats"))]
+        let _ = &$cpu;
+    }};
+    ($cache:expr, $item:ident) => {{
+        #[cfg(feature = "stats")]
+        {
+            let cpu = $crate::cpu_local::CpuLocal::current_cpu(&$cache.cpus).unwrap_or(0);
+            $cache
+                .cpu_slab(cpu)
+                .stats
+                .inc($crate::stats::StatItem::$item);
+        }
+    }};
+}
+
+/// A snapshot of every counter, summed over CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    counts: [u64; NR_STATS],
+}
+
+impl CacheStats {
+    /// One counter.
+    pub fn get(&self, item: StatItem) -> u64 {
+        self.counts[item as usize]
+    }
+
+    /// `(name, value)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        StatItem::ALL.iter().map(|&i| (i.name(), self.get(i)))
+    }
+}
+
+/// One line of `/proc/slabinfo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabInfo {
+    /// Cache name.
+    pub name: &'static str,
+    /// Objects in use (including those cached on CPU freelists and sheaves).
+    pub active_objs: usize,
+    /// Objects in all slabs.
+    pub num_objs: usize,
+    /// Object stride in bytes.
+    pub objsize: usize,
+    /// Objects per slab.
+    pub objperslab: usize,
+    /// Pages per slab.
+    pub pagesperslab: usize,
+    /// Slabs with at least one object in use (all but empty partial ones).
+    pub active_slabs: usize,
+    /// Slabs held.
+    pub num_slabs: usize,
+    /// Slabs on the node partial list.
+    pub partial_slabs: usize,
+}
+
+impl SlabInfo {
+    /// The header lines of `/proc/slabinfo` (version 2.1).
+    pub const HEADER: &'static str = "slabinfo - version: 2.1\n# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>";
+}
+
+impl fmt::Display for SlabInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<17} {:>6} {:>6} {:>6} {:>4} {:>4} : tunables {:>4} {:>4} {:>4} : slabdata {:>6} {:>6} {:>6}",
+            self.name,
+            self.active_objs,
+            self.num_objs,
+            self.objsize,
+            self.objperslab,
+            self.pagesperslab,
+            0,
+            0,
+            0,
+            self.active_slabs,
+            self.num_slabs,
+            0
+        )
+    }
+}
+
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+    /// The counters, summed over CPUs.
+    #[cfg(feature = "stats")]
+    pub fn stats(&self) -> CacheStats {
+        let mut counts = [0u64; NR_STATS];
+        for cpu in 0..self.nr_cpus() {
+            for (i, c) in self.cpu_slab(cpu).stats.0.iter().enumerate() {
+                counts[i] += c.load(core::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        CacheStats { counts }
+    }
+
+    /// This cache's `/proc/slabinfo` line. Objects on CPU freelists, per-CPU
+    /// partial slabs and sheaves count as active, as in Linux.
+    pub fn slabinfo(&self) -> SlabInfo {
+        let (partial, free) = self.node.partial_summary();
+        let slabs = self.nr_slabs();
+        let num_objs = slabs * self.geo.objects;
+        SlabInfo {
+            name: self.name,
+            active_objs: num_objs.saturating_sub(free),
+            num_objs,
+            objsize: self.geo.slot,
+            objperslab: self.geo.objects,
+            pagesperslab: self.geo.slab_bytes / self.pages.page_size(),
+            active_slabs: slabs,
+            num_slabs: slabs,
+            partial_slabs: partial,
+        }
+    }
+}

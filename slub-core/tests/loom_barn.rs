@@ -1,0 +1,9 @@
+//! loom model: see `loom_common::models::barn_exchange`.
+#![cfg(loom)]
+
+mod loom_common;
+
+#[test]
+fn barn_exchange() {
+    loom_common::models::barn_exchange();
+}

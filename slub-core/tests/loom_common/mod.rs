@@ -1,0 +1,121 @@
+//! Shared pieces of the loom models: a CpuLocal backend built from loom
+//! primitives (tasks on CPU slots, a per-slot lock as the guard, one-shot
+//! migration at a task's n-th fast-path window) and small caches.
+#![allow(dead_code)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::{Mutex, MutexGuard};
+use slub_core::{CacheConfig, CacheFlags, CpuLocal, KmemCache, PreemptPoint, SystemPages};
+use std::cell::Cell;
+
+loom::thread_local! {
+    static TASK: Cell<usize> = Cell::new(0);
+}
+
+/// Tasks on CPU slots, modelled with loom primitives.
+pub struct LoomCpus {
+    slots: Vec<Mutex<()>>,
+    task_slot: Vec<AtomicUsize>,
+    /// Per task: `(window number, slot)` encoded as `n << 8 | slot`, + 1.
+    migrate: Vec<AtomicUsize>,
+    windows: Vec<AtomicUsize>,
+}
+
+impl LoomCpus {
+    /// `slots` slots; task `t` starts on `start[t]`.
+    pub fn new(slots: usize, start: &[usize]) -> Self {
+        Self {
+            slots: (0..slots).map(|_| Mutex::new(())).collect(),
+            task_slot: start.iter().map(|&s| AtomicUsize::new(s)).collect(),
+            migrate: start.iter().map(|_| AtomicUsize::new(0)).collect(),
+            windows: start.iter().map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// The calling thread is task `t`.
+    pub fn bind(&self, t: usize) {
+        TASK.with(|c| c.set(t));
+    }
+
+    /// Move task `t` to `slot` at its `nth` fast-path window (0-based).
+    pub fn migrate_at_window(&self, t: usize, nth: usize, slot: usize) {
+        self.migrate[t].store((nth << 8 | slot) + 1, Ordering::Relaxed);
+    }
+
+    fn task(&self) -> usize {
+        TASK.with(|c| c.get())
+    }
+}
+
+// SAFETY: slots are shared by tasks, so OWNER_ONLY_WRITES is false (SMP CAS);
+// the guard is the slot's lock.
+unsafe impl CpuLocal for LoomCpus {
+    const OWNER_ONLY_WRITES: bool = false;
+    type Guard<'a> = MutexGuard<'a, ()>;
+
+    fn nr_cpus(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn current_cpu(&self) -> Option<usize> {
+        Some(self.task_slot[self.task()].load(Ordering::Relaxed))
+    }
+
+    fn pin(&self) -> (MutexGuard<'_, ()>, usize) {
+        let t = self.task();
+        loop {
+            let s = self.task_slot[t].load(Ordering::Relaxed);
+            let g = self.slots[s].lock().unwrap();
+            if self.task_slot[t].load(Ordering::Relaxed) == s {
+                return (g, s);
+            }
+        }
+    }
+
+    fn preempt_point(&self, _at: PreemptPoint) {
+        let t = self.task();
+        let n = self.windows[t].fetch_add(1, Ordering::Relaxed);
+        let m = self.migrate[t].load(Ordering::Relaxed);
+        if m != 0 && (m - 1) >> 8 == n {
+            self.task_slot[t].store((m - 1) & 0xff, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The cache the models use.
+pub type Cache<D> = KmemCache<SystemPages, LoomCpus, D>;
+
+/// A cache of 32-byte objects, `objects` per slab.
+pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFlags) -> Cache<D> {
+    KmemCache::with_config(
+        "loom",
+        32,
+        8,
+        flags,
+        SystemPages::new(),
+        cpus,
+        CacheConfig {
+            max_objects: objects,
+            min_partial: 0,
+            cpu_partial: 0,
+            sheaf_capacity: 1,
+            barn_max_full: 4,
+            barn_max_empty: 4,
+            seed: 1,
+        },
+    )
+    .unwrap()
+}
+
+/// Destroys the cache and checks every page came back.
+pub fn destroy_all<D: arch_api::DwCas>(c: loom::sync::Arc<Cache<D>>) {
+    let mut c = match loom::sync::Arc::try_unwrap(c) {
+        Ok(c) => c,
+        Err(_) => panic!("cache still shared"),
+    };
+    c.destroy()
+        .expect("destroy must find every object free and every slab");
+    assert_eq!(c.pages().blocks_in_use(), 0, "every page returned");
+}
+
+pub mod models;

@@ -1,0 +1,9 @@
+//! loom model: see `loom_common::models::destroy_leak`.
+#![cfg(loom)]
+
+mod loom_common;
+
+#[test]
+fn destroy_leak() {
+    loom_common::models::destroy_leak();
+}

@@ -1,0 +1,9 @@
+//! loom model: see `loom_common::models::migration`.
+#![cfg(loom)]
+
+mod loom_common;
+
+#[test]
+fn migration() {
+    loom_common::models::migration();
+}

@@ -1,0 +1,108 @@
+//! `augmented` (the default): a second tree of FREE blocks with the largest
+//! block size per subtree ([`crate::free_tree`]); lowest fit in O(log n),
+//! frees merge with both neighbours. What Linux has used since 5.2.
+
+use super::{BusyTree, FreeAreaCache};
+use crate::error::VmapError;
+use crate::free_tree::FreeTree;
+use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::request::Fit;
+
+/// Lowest fit through the augmented free tree.
+pub struct Augmented {
+    free: FreeTree,
+    /// The free block the last `find_*` chose, for `claim`.
+    found: NodeIdx,
+}
+
+impl FreeAreaCache for Augmented {
+    const NAME: &'static str = "augmented";
+
+    fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
+        let mut free = FreeTree::new();
+        free.insert_block(s, start, end)?;
+        Ok(Self { free, found: NIL })
+    }
+
+    fn find_fit<S: NodeSource>(
+        &mut self,
+        s: &S,
+        _: &BusyTree,
+        fit: &Fit,
+        visited: &mut u32,
+    ) -> Option<u64> {
+        let (b, a) = self.free.lowest_fit(s, fit, visited)?;
+        self.found = b;
+        Some(a)
+    }
+
+    fn find_exact<S: NodeSource>(
+        &mut self,
+        s: &S,
+        _: &BusyTree,
+        a: u64,
+        size: u64,
+        visited: &mut u32,
+    ) -> bool {
+        match self.free.containing(s, a, size, visited) {
+            Some(b) => {
+                self.found = b;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn claim<S: NodeSource>(
+        &mut self,
+        s: &mut S,
+        a: u64,
+        size: u64,
+        _: NodeIdx,
+    ) -> Result<(), VmapError> {
+        let b = core::mem::replace(&mut self.found, NIL);
+        self.free.carve(s, b, a, size)
+    }
+
+    fn release<S: NodeSource>(
+        &mut self,
+        s: &mut S,
+        start: u64,
+        end: u64,
+        _: NodeIdx,
+        freed: NodeIdx,
+    ) -> bool {
+        self.free.release(s, start, end, freed);
+        true
+    }
+
+    fn check<S: NodeSource>(
+        &self,
+        s: &S,
+        busy: &BusyTree,
+        start: u64,
+        end: u64,
+    ) -> Result<(), &'static str> {
+        self.free.check(s)?;
+        // Free and busy blocks must tile [start, end) exactly.
+        let (mut f, mut b) = (self.free.tree.first(s), busy.first(s));
+        let mut at = start;
+        while f != NIL || b != NIL {
+            let take_free = b == NIL || (f != NIL && s.node(f).start < s.node(b).start);
+            let i = if take_free { f } else { b };
+            if s.node(i).start != at {
+                return Err("free and busy areas do not tile the space");
+            }
+            at = s.node(i).end;
+            if take_free {
+                f = self.free.tree.next(s, f);
+            } else {
+                b = busy.next(s, b);
+            }
+        }
+        if at != end {
+            return Err("free and busy areas do not reach the end of the space");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+//! `linear`: the 2010 baseline. Every allocation searches the busy tree for
+//! the first area at `vstart` and walks forward over busy areas until a hole
+//! fits — with many lazily freed areas in the tree that walk visited
+//! thousands of nodes per allocation (SPEC story 1).
+
+use super::{BusyTree, FreeAreaCache, busy_range_free, walk};
+use crate::error::VmapError;
+use crate::node::{NodeIdx, NodeSource};
+use crate::request::Fit;
+
+/// The uncached search from `vstart` (pre-2.6.36 `alloc_vmap_area`).
+#[derive(Debug, Default)]
+pub struct Linear;
+
+impl FreeAreaCache for Linear {
+    const NAME: &'static str = "linear";
+
+    fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
+        Ok(Self)
+    }
+
+    fn find_fit<S: NodeSource>(
+        &mut self,
+        s: &S,
+        busy: &BusyTree,
+        fit: &Fit,
+        visited: &mut u32,
+    ) -> Option<u64> {
+        let addr = fit.candidate(fit.vstart)?;
+        let first = busy.first_end_above(s, addr, visited);
+        walk(s, busy, fit, addr, first, &mut 0, visited)
+    }
+
+    fn find_exact<S: NodeSource>(
+        &mut self,
+        s: &S,
+        busy: &BusyTree,
+        a: u64,
+        size: u64,
+        visited: &mut u32,
+    ) -> bool {
+        busy_range_free(s, busy, a, size, visited)
+    }
+
+    fn claim<S: NodeSource>(
+        &mut self,
+        _: &mut S,
+        _: u64,
+        _: u64,
+        _: NodeIdx,
+    ) -> Result<(), VmapError> {
+        Ok(())
+    }
+
+    fn release<S: NodeSource>(
+        &mut self,
+        _: &mut S,
+        _: u64,
+        _: u64,
+        _: NodeIdx,
+        _: NodeIdx,
+    ) -> bool {
+        false
+    }
+
+    fn check<S: NodeSource>(
+        &self,
+        _: &S,
+        _: &BusyTree,
+        _: u64,
+        _: u64,
+    ) -> Result<(), &'static str> {
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! The `FreeAreaCache` seam: how the lowest fitting free block is found.
+//!
+//! Three policies, one file each, all producing exactly the same placement:
+//! [`Linear`] (the 2010 baseline), [`FreeAreaCachePolicy`] (the 2010 fix) and
+//! [`Augmented`] (the default: a free tree with subtree maxima).
+
+mod augmented;
+mod free_area_cache;
+mod linear;
+
+pub use augmented::Augmented;
+pub use free_area_cache::FreeAreaCachePolicy;
+pub use linear::Linear;
+
+use crate::error::VmapError;
+use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::request::Fit;
+use crate::tree::{NoAug, Tree};
+
+/// The busy tree (`vmap_area_root`): allocated areas by address.
+pub type BusyTree = Tree<NoAug>;
+
+/// How a [`VmapSpace`](crate::VmapSpace) finds free blocks. The methods are
+/// the allocator's internal protocol (the types they take are crate-private),
+/// so the policies are chosen, not implemented, outside this crate.
+///
+/// Protocol: `find_fit`/`find_exact` locate an address without changing the
+/// areas; `claim` takes it (the new busy node is passed so a policy can
+/// remember it); `release` gives a freed range back after its busy node was
+/// unlinked.
+pub trait FreeAreaCache: Sized {
+    /// The policy's name, as the harness prints it.
+    const NAME: &'static str;
+
+    /// Sets up the policy for an empty space `[start, end)`.
+    #[doc(hidden)]
+    fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
+
+    /// The lowest address satisfying `fit`, or `None`; counts visited nodes.
+    #[doc(hidden)]
+    fn find_fit<S: NodeSource>(
+        &mut self,
+        s: &S,
+        busy: &BusyTree,
+        fit: &Fit,
+        visited: &mut u32,
+    ) -> Option<u64>;
+
+    /// Whether `[a, a + size)` is entirely free.
+    #[doc(hidden)]
+    fn find_exact<S: NodeSource>(
+        &mut self,
+        s: &S,
+        busy: &BusyTree,
+        a: u64,
+        size: u64,
+        visited: &mut u32,
+    ) -> bool;
+
+    /// Takes `[a, a + size)` found by the last `find_*` call; `node` is the
+    /// busy node about to be linked. On error nothing changed.
+    #[doc(hidden)]
+    fn claim<S: NodeSource>(
+        &mut self,
+        s: &mut S,
+        a: u64,
+        size: u64,
+        node: NodeIdx,
+    ) -> Result<(), VmapError>;
+
+    /// `[start, end)` was freed; its busy node `freed` is unlinked (but its
+    /// contents intact) and `prev` was its busy predecessor. Returns whether
+    /// the policy kept `freed` (otherwise the caller frees it).
+    #[doc(hidden)]
+    fn release<S: NodeSource>(
+        &mut self,
+        s: &mut S,
+        start: u64,
+        end: u64,
+        prev: NodeIdx,
+        freed: NodeIdx,
+    ) -> bool;
+
+    /// The policy's own invariants, given the busy tree.
+    #[doc(hidden)]
+    fn check<S: NodeSource>(
+        &self,
+        s: &S,
+        busy: &BusyTree,
+        start: u64,
+        end: u64,
+    ) -> Result<(), &'static str>;
+}
+
+/// Walks the busy tree from `addr` (the first candidate) and `first` (the
+/// first busy area that may be in the way) over busy areas until a gap fits;
+/// records the largest skipped hole in `hole`. Shared by `linear` and
+/// `free_area_cache`: this is the 2010 search loop.
+#[inline]
+pub(crate) fn walk<S: NodeSource>(
+    s: &S,
+    busy: &BusyTree,
+    fit: &Fit,
+    mut addr: u64,
+    mut first: NodeIdx,
+    hole: &mut u64,
+    visited: &mut u32,
+) -> Option<u64> {
+    loop {
+        let end = addr.checked_add(fit.size)?;
+        if end > fit.vend {
+            return None;
+        }
+        if first == NIL {
+            return Some(addr);
+        }
+        *visited += 1;
+        let n = s.node(first);
+        if end <= n.start {
+            return Some(addr);
+        }
+        if n.start > addr && n.start - addr > *hole {
+            *hole = n.start - addr;
+        }
+        addr = fit.candidate(n.end)?;
+        first = busy.next(s, first);
+    }
+}
+
+/// Whether `[a, a + size)` overlaps no busy area.
+#[inline]
+pub(crate) fn busy_range_free<S: NodeSource>(
+    s: &S,
+    busy: &BusyTree,
+    a: u64,
+    size: u64,
+    visited: &mut u32,
+) -> bool {
+    let f = busy.first_end_above(s, a, visited);
+    f == NIL || s.node(f).start >= a + size
+}

@@ -1,0 +1,87 @@
+//! `GlobalVmap`: the Linux-before-6.9 shape — one lock (`vmap_area_lock`)
+//! around one space — behind the same [`VmapNodes`] API as the sharded front.
+
+use super::VmapNodes;
+use crate::VirtAddr;
+use crate::error::VmapError;
+use crate::node::VecSource;
+use crate::policy::Augmented;
+use crate::request::AllocRequest;
+use crate::space::{VmapArea, VmapSpace};
+use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
+
+struct Inner<L> {
+    space: VmapSpace<Augmented, VecSource>,
+    lazy: L,
+}
+
+/// One lock around one [`VmapSpace`]; `nr_nodes() == 1`.
+pub struct GlobalVmap<R: RawMutex = DefaultRawMutex, L = ()> {
+    inner: Mutex<R, Inner<L>>,
+    start: VirtAddr,
+    end: VirtAddr,
+    page_size: u64,
+}
+
+impl<R: RawMutex, L: Default> GlobalVmap<R, L> {
+    /// A global-lock allocator over `[start, end)`.
+    pub fn new(start: VirtAddr, end: VirtAddr, page_size: u64) -> Result<Self, VmapError> {
+        let space = VmapSpace::new(start, end, page_size, VecSource::new())?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                space,
+                lazy: L::default(),
+            }),
+            start,
+            end,
+            page_size,
+        })
+    }
+
+    /// Runs `f` on the underlying space under the lock (vmallocinfo, stats).
+    pub fn with_space<T>(&self, f: impl FnOnce(&mut VmapSpace<Augmented, VecSource>) -> T) -> T {
+        f(&mut self.inner.lock().space)
+    }
+}
+
+impl<R: RawMutex + Sync + Send, L: Send> VmapNodes for GlobalVmap<R, L> {
+    type Lazy = L;
+
+    fn nr_nodes(&self) -> usize {
+        1
+    }
+
+    fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
+    fn range(&self) -> (VirtAddr, VirtAddr) {
+        (self.start, self.end)
+    }
+
+    fn alloc_on(&self, _: usize, req: &AllocRequest) -> Result<VmapArea, VmapError> {
+        self.inner.lock().space.alloc_request(req)
+    }
+
+    fn free_area(&self, area: &VmapArea) -> Result<VmapArea, VmapError> {
+        self.free(area.va_start)
+    }
+
+    fn free(&self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        self.inner.lock().space.find_unlink(addr)
+    }
+
+    fn find(&self, addr: VirtAddr) -> Option<VmapArea> {
+        self.inner.lock().space.find(addr)
+    }
+
+    fn with_lazy<T>(&self, _: usize, f: impl FnOnce(&mut L) -> T) -> T {
+        f(&mut self.inner.lock().lazy)
+    }
+
+    fn drain_pools(&self) {}
+
+    fn busy_bytes(&self) -> u64 {
+        self.inner.lock().space.busy_bytes()
+    }
+}

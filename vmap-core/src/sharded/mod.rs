@@ -1,0 +1,69 @@
+//! Fronts for concurrent use (feature `alloc`; story 4): [`ShardedVmap`],
+//! per-node locks with partitioned free space, and [`GlobalVmap`], one lock
+//! around one [`VmapSpace`](crate::VmapSpace) for comparison. Both implement
+//! [`VmapNodes`], which the harness and vmap-lazy program against.
+
+mod front;
+mod global;
+mod pool;
+
+pub use front::{ShardedConfig, ShardedVmap};
+pub use global::GlobalVmap;
+
+use crate::VirtAddr;
+use crate::error::VmapError;
+use crate::request::AllocRequest;
+use crate::space::VmapArea;
+
+/// A concurrent vmap allocator made of `vmap_node`s (one for the global
+/// variant). Every method takes `&self`; locking is internal.
+pub trait VmapNodes: Sync {
+    /// Per-node lazy-free state (vmap-lazy's purge list), kept under the
+    /// node's lock.
+    type Lazy;
+
+    /// Number of nodes.
+    fn nr_nodes(&self) -> usize;
+
+    /// The page size.
+    fn page_size(&self) -> u64;
+
+    /// `[start, end)` of the whole space.
+    fn range(&self) -> (VirtAddr, VirtAddr);
+
+    /// Allocates from node `node` (taken modulo [`nr_nodes`](Self::nr_nodes);
+    /// usually the calling CPU).
+    fn alloc_on(&self, node: usize, req: &AllocRequest) -> Result<VmapArea, VmapError>;
+
+    /// The plain form of [`alloc_on`](Self::alloc_on).
+    fn alloc(
+        &self,
+        node: usize,
+        size: u64,
+        align: u64,
+        vstart: VirtAddr,
+        vend: VirtAddr,
+    ) -> Result<VmapArea, VmapError> {
+        self.alloc_on(node, &AllocRequest::new(size, align, vstart, vend))
+    }
+
+    /// Frees an area through the node recorded in it (find and unlink under
+    /// one lock acquisition). Unknown or already freed: `NotFound`.
+    fn free_area(&self, area: &VmapArea) -> Result<VmapArea, VmapError>;
+
+    /// Frees the area starting at `addr`, finding its node from the address.
+    fn free(&self, addr: VirtAddr) -> Result<VmapArea, VmapError>;
+
+    /// The live area containing `addr`.
+    fn find(&self, addr: VirtAddr) -> Option<VmapArea>;
+
+    /// Runs `f` on node `node`'s lazy state under its lock.
+    fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;
+
+    /// Returns every pooled (recently freed, kept for reuse) area to the free
+    /// space, e.g. before retrying a failed allocation.
+    fn drain_pools(&self);
+
+    /// Bytes in live and pooled areas.
+    fn busy_bytes(&self) -> u64;
+}

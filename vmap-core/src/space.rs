@@ -1,0 +1,417 @@
+//! `VmapSpace`: one virtual-address space `[start, end)` with its busy tree,
+//! a [`FreeAreaCache`] policy and a node source. This is the single-lock
+//! allocator (Linux's `vmap_area_root` + `free_vmap_area_root` under
+//! `vmap_area_lock`); callers wrap it in their lock, or use the
+//! [`sharded`](crate::sharded) front.
+
+use crate::VirtAddr;
+use crate::error::VmapError;
+use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::policy::{BusyTree, FreeAreaCache};
+use crate::request::AllocRequest;
+#[cfg(feature = "stats")]
+use crate::stats::VmapStats;
+use crate::tree::Tree;
+
+/// A busy area `[va_start, va_end)` (Linux's `struct vmap_area`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmapArea {
+    /// First byte.
+    pub va_start: VirtAddr,
+    /// One past the last byte.
+    pub va_end: VirtAddr,
+    /// The `vmap_node` that allocated it and to which it returns (0 for a
+    /// plain [`VmapSpace`]).
+    pub node: u16,
+}
+
+impl VmapArea {
+    /// Size in bytes.
+    pub const fn size(&self) -> u64 {
+        self.va_end.as_u64() - self.va_start.as_u64()
+    }
+}
+
+/// A virtual-address space handing out page-granular areas at the lowest
+/// fitting address. `P` chooses the free-block search; `S` supplies tree
+/// nodes.
+pub struct VmapSpace<P: FreeAreaCache, S: NodeSource> {
+    start: u64,
+    end: u64,
+    page_size: u64,
+    node_id: u16,
+    busy: BusyTree,
+    src: S,
+    policy: P,
+    busy_bytes: u64,
+    parked: usize,
+    #[cfg(feature = "stats")]
+    stats: VmapStats,
+}
+
+impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
+    /// A space over `[start, end)` with pages of `page_size` bytes (a power
+    /// of two; `start` and `end` multiples of it), drawing nodes from `src`.
+    pub fn new(
+        start: VirtAddr,
+        end: VirtAddr,
+        page_size: u64,
+        mut src: S,
+    ) -> Result<Self, VmapError> {
+        let (start, end) = (start.as_u64(), end.as_u64());
+        if !page_size.is_power_of_two() {
+            return Err(VmapError::BadPageSize { page_size });
+        }
+        for (what, value) in [("start", start), ("end", end)] {
+            if value & (page_size - 1) != 0 {
+                return Err(VmapError::NotPageMultiple {
+                    what,
+                    value,
+                    page_size,
+                });
+            }
+        }
+        if start >= end {
+            return Err(VmapError::EmptyRange {
+                vstart: start,
+                vend: end,
+            });
+        }
+        let policy = P::init(&mut src, start, end)?;
+        Ok(Self {
+            start,
+            end,
+            page_size,
+            node_id: 0,
+            busy: Tree::new(),
+            src,
+            policy,
+            busy_bytes: 0,
+            parked: 0,
+            #[cfg(feature = "stats")]
+            stats: VmapStats::default(),
+        })
+    }
+
+    /// Sets the node id recorded in every area (for the sharded front).
+    pub fn with_node_id(mut self, node: u16) -> Self {
+        self.node_id = node;
+        self
+    }
+
+    /// `alloc_vmap_area(size, align, vstart, vend)`: the lowest `a` in
+    /// `[vstart, vend - size]` with `a % align == 0` that overlaps no busy area.
+    pub fn alloc(
+        &mut self,
+        size: u64,
+        align: u64,
+        vstart: VirtAddr,
+        vend: VirtAddr,
+    ) -> Result<VmapArea, VmapError> {
+        self.alloc_request(&AllocRequest::new(size, align, vstart, vend))
+    }
+
+    /// Allocates exactly `[addr, addr + size)` if all of it is free.
+    pub fn alloc_exact(&mut self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        self.alloc_request(&AllocRequest::exact(addr, size, self.page_size))
+    }
+
+    /// Allocates for a full request (phase, nocross, exact address).
+    pub fn alloc_request(&mut self, req: &AllocRequest) -> Result<VmapArea, VmapError> {
+        let fit = req.validate(self.start, self.end, self.page_size)?;
+        let mut visited = 0;
+        let a = if req.exact.is_some() {
+            if !fit.accepts(fit.vstart)
+                || !self.policy.find_exact(
+                    &self.src,
+                    &self.busy,
+                    fit.vstart,
+                    fit.size,
+                    &mut visited,
+                )
+            {
+                return Err(fit.no_space());
+            }
+            fit.vstart
+        } else {
+            match self
+                .policy
+                .find_fit(&self.src, &self.busy, &fit, &mut visited)
+            {
+                Some(a) => a,
+                None => {
+                    self.count_alloc(visited);
+                    return Err(fit.no_space());
+                }
+            }
+        };
+        self.count_alloc(visited);
+        let n = self.src.alloc_node().ok_or(VmapError::NodePoolExhausted)?;
+        if let Err(e) = self.policy.claim(&mut self.src, a, fit.size, n) {
+            self.src.free_node(n);
+            return Err(e);
+        }
+        let node = self.src.node_mut(n);
+        node.start = a;
+        node.end = a + fit.size;
+        node.parked = false;
+        self.busy.insert(&mut self.src, n);
+        self.busy_bytes += fit.size;
+        self.debug_check();
+        Ok(self.area(a, a + fit.size))
+    }
+
+    #[inline]
+    fn area(&self, start: u64, end: u64) -> VmapArea {
+        VmapArea {
+            va_start: VirtAddr::new(start),
+            va_end: VirtAddr::new(end),
+            node: self.node_id,
+        }
+    }
+
+    #[inline]
+    #[allow(unused_variables)]
+    fn count_alloc(&mut self, visited: u32) {
+        #[cfg(feature = "stats")]
+        self.stats.record_alloc(visited);
+    }
+
+    /// The busy area containing `addr` (`find_vmap_area`).
+    pub fn find(&self, addr: VirtAddr) -> Option<VmapArea> {
+        let mut v = 0;
+        let i = self.busy.floor(&self.src, addr.as_u64(), &mut v);
+        if i == NIL {
+            return None;
+        }
+        let n = self.src.node(i);
+        (addr.as_u64() < n.end && !n.parked).then(|| self.area(n.start, n.end))
+    }
+
+    /// vfree's lookup: finds the area starting at `addr` and unlinks it in
+    /// ONE tree search (Linux 6.0 `find_unlink_vmap_area`), then gives its
+    /// range back to the free space. Unknown address or double free:
+    /// [`VmapError::NotFound`], nothing changed.
+    pub fn find_unlink(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        let mut v = 0;
+        let i = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
+        self.count_free_search();
+        if i == NIL || self.src.node(i).parked {
+            return Err(VmapError::NotFound {
+                addr: addr.as_u64(),
+            });
+        }
+        Ok(self.unlink_node(i))
+    }
+
+    /// Same as [`find_unlink`](Self::find_unlink).
+    pub fn free(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        self.find_unlink(addr)
+    }
+
+    /// The pre-2022 vfree, kept for comparison (`harness vfree-search`):
+    /// look the area up, then search again to unlink it — two tree searches.
+    pub fn free_two_search(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        let mut v = 0;
+        let i = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
+        self.count_free_search();
+        if i == NIL || self.src.node(i).parked {
+            return Err(VmapError::NotFound {
+                addr: addr.as_u64(),
+            });
+        }
+        // The second search, as `__free_vmap_area` did by address.
+        let j = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
+        self.count_free_search();
+        Ok(self.unlink_node(j))
+    }
+
+    fn unlink_node(&mut self, i: NodeIdx) -> VmapArea {
+        let (start, end) = (self.src.node(i).start, self.src.node(i).end);
+        let prev = self.busy.prev(&self.src, i);
+        self.busy.remove(&mut self.src, i);
+        if !self.policy.release(&mut self.src, start, end, prev, i) {
+            self.src.free_node(i);
+        }
+        self.busy_bytes -= end - start;
+        self.debug_check();
+        self.area(start, end)
+    }
+
+    #[inline]
+    fn count_free_search(&mut self) {
+        #[cfg(feature = "stats")]
+        self.stats.record_free_search();
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Parks the busy area at `addr`: it stays allocated but is invisible to
+    /// `find`/`free` (the sharded front's per-node pools). Returns its node.
+    pub(crate) fn park(&mut self, addr: u64) -> Result<(NodeIdx, VmapArea), VmapError> {
+        let mut v = 0;
+        let i = self.busy.find_start(&self.src, addr, &mut v);
+        if i == NIL || self.src.node(i).parked {
+            return Err(VmapError::NotFound { addr });
+        }
+        self.src.node_mut(i).parked = true;
+        self.parked += 1;
+        let n = self.src.node(i);
+        Ok((i, self.area(n.start, n.end)))
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Areas parked in this space.
+    pub(crate) fn parked(&self) -> usize {
+        self.parked
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Changes the node id recorded in areas (an empty slice changing owner).
+    pub(crate) fn set_node_id(&mut self, node: u16) {
+        self.node_id = node;
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Makes a parked area live again.
+    pub(crate) fn unpark(&mut self, i: NodeIdx) -> VmapArea {
+        self.src.node_mut(i).parked = false;
+        self.parked -= 1;
+        let n = self.src.node(i);
+        self.area(n.start, n.end)
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Frees a parked area for real.
+    pub(crate) fn release_parked(&mut self, i: NodeIdx) {
+        self.src.node_mut(i).parked = false;
+        self.parked -= 1;
+        self.unlink_node(i);
+    }
+
+    /// Live areas in address order (for vmallocinfo).
+    pub fn iter(&self) -> Iter<'_, P, S> {
+        Iter {
+            space: self,
+            next: self.busy.first(&self.src),
+        }
+    }
+
+    /// Number of live areas (parked ones excluded).
+    pub fn len(&self) -> usize {
+        self.busy.len - self.parked
+    }
+
+    /// Whether no area is allocated (nor parked).
+    pub fn is_empty(&self) -> bool {
+        self.busy.len == 0
+    }
+
+    /// Bytes in busy (including parked) areas.
+    pub fn busy_bytes(&self) -> u64 {
+        self.busy_bytes
+    }
+
+    /// Bytes not in any area.
+    pub fn free_bytes(&self) -> u64 {
+        self.end - self.start - self.busy_bytes
+    }
+
+    /// First address of the space.
+    pub fn start(&self) -> VirtAddr {
+        VirtAddr::new(self.start)
+    }
+
+    /// One past the last address of the space.
+    pub fn end(&self) -> VirtAddr {
+        VirtAddr::new(self.end)
+    }
+
+    /// The page size.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
+    /// The node id recorded in areas.
+    pub fn node_id(&self) -> u16 {
+        self.node_id
+    }
+
+    /// Tree nodes currently taken from the source.
+    pub fn nodes_in_use(&self) -> usize {
+        self.src.in_use()
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        P::NAME
+    }
+
+    /// Counters (feature `stats`).
+    #[cfg(feature = "stats")]
+    pub fn stats(&self) -> &VmapStats {
+        &self.stats
+    }
+
+    /// Resets the counters (feature `stats`).
+    #[cfg(feature = "stats")]
+    pub fn reset_stats(&mut self) {
+        self.stats = VmapStats::default();
+    }
+
+    /// Checks every invariant: trees ordered and balanced, augmented values
+    /// correct, free + busy exactly tile the space, byte and node accounting.
+    pub fn check_invariants(&self) -> Result<(), &'static str> {
+        let n = self.busy.check(&self.src)?;
+        let mut bytes = 0;
+        let mut i = self.busy.first(&self.src);
+        while i != NIL {
+            let node = self.src.node(i);
+            if node.start < self.start || node.end > self.end {
+                return Err("busy area outside the space");
+            }
+            bytes += node.end - node.start;
+            i = self.busy.next(&self.src, i);
+        }
+        if bytes != self.busy_bytes {
+            return Err("busy byte count mismatch");
+        }
+        if n < self.parked {
+            return Err("parked count mismatch");
+        }
+        self.policy
+            .check(&self.src, &self.busy, self.start, self.end)
+    }
+
+    #[inline]
+    fn debug_check(&self) {
+        #[cfg(feature = "debug")]
+        if let Err(e) = self.check_invariants() {
+            panic!("vmap-core invariant broken: {e}");
+        }
+    }
+}
+
+/// Iterator over live areas in address order.
+pub struct Iter<'a, P: FreeAreaCache, S: NodeSource> {
+    space: &'a VmapSpace<P, S>,
+    next: NodeIdx,
+}
+
+impl<P: FreeAreaCache, S: NodeSource> Iterator for Iter<'_, P, S> {
+    type Item = VmapArea;
+
+    fn next(&mut self) -> Option<VmapArea> {
+        loop {
+            if self.next == NIL {
+                return None;
+            }
+            let sp = self.space;
+            let i = self.next;
+            self.next = sp.busy.next(&sp.src, i);
+            let n = sp.src.node(i);
+            if !n.parked {
+                return Some(sp.area(n.start, n.end));
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+#![cfg(loom)]
+//! The model of `loom_steal` against the deliberately broken variant
+//! `vmap_core::loom_mutation::STEAL_UNCHECKED` (described where it is applied, in
+//! `src/sharded/front.rs`). The model must fail.
+
+mod loom_common;
+
+#[test]
+#[should_panic]
+fn steal_races_owner_alloc_catches_broken_variant() {
+    vmap_core::loom_mutation::set(vmap_core::loom_mutation::STEAL_UNCHECKED);
+    loom_common::steal_races_owner_alloc();
+}

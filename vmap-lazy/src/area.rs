@@ -1,0 +1,154 @@
+//! The records both fronts keep: what an area is ([`AreaInfo`]), the
+//! configuration, and the counters ([`VmallocStats`], [`PurgeReport`]).
+
+use arch_api::VirtAddr;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// What made an area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AreaKind {
+    /// `vmalloc`: frames owned by the allocator.
+    Vmalloc,
+    /// `vmap`: frames owned by the caller.
+    Vmap,
+    /// A per-CPU vmap block (`vm_map_ram`).
+    VmapBlock,
+}
+
+impl AreaKind {
+    /// The name vmallocinfo prints.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AreaKind::Vmalloc => "vmalloc",
+            AreaKind::Vmap => "vmap",
+            AreaKind::VmapBlock => "vmap-block",
+        }
+    }
+}
+
+/// Where an area is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AreaState {
+    /// Mapped and in use.
+    Live,
+    /// Freed, unmapped, waiting for a purge (range still reserved).
+    Lazy,
+}
+
+/// One area, as vmallocinfo lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AreaInfo {
+    /// First byte.
+    pub start: VirtAddr,
+    /// One past the last byte.
+    pub end: VirtAddr,
+    /// Pages of the area.
+    pub pages: u64,
+    /// Who allocated it.
+    pub caller: &'static str,
+    /// What made it.
+    pub kind: AreaKind,
+    /// Live or lazily freed.
+    pub state: AreaState,
+}
+
+/// The virtual range and the CPU count of a [`Vmalloc`](crate::Vmalloc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmallocConfig {
+    /// Start of the vmalloc range (`VMALLOC_START`).
+    pub vstart: VirtAddr,
+    /// End of the vmalloc range (`VMALLOC_END`).
+    pub vend: VirtAddr,
+    /// CPUs of the system (for `lazy_max_pages`).
+    pub cpus: u32,
+}
+
+/// Counters, as the harness and vmallocinfo report them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmallocStats {
+    /// Areas allocated (`vmalloc` + `vmap`).
+    pub allocs: u64,
+    /// Areas freed (`vfree` + `vunmap`).
+    pub frees: u64,
+    /// Purges that found lazy areas.
+    pub purges: u64,
+    /// TLB flush events issued by purges (one per purge).
+    pub flush_events: u64,
+    /// Pages of the union ranges those flushes covered.
+    pub pages_flushed: u64,
+    /// Simulated shootdown IPIs (`cpus - 1` per flush).
+    pub ipis: u64,
+    /// Lazy areas released by purges.
+    pub areas_purged: u64,
+    /// Lazily freed pages now (`vmap_lazy_nr`).
+    pub lazy_pages: u64,
+    /// Tree nodes visited by allocation searches, in total.
+    pub nodes_visited: u64,
+    /// The most nodes one allocation search visited.
+    pub nodes_visited_max: u32,
+    /// Allocations that failed once and were retried after a purge.
+    pub retries: u64,
+    /// Times the lazy counter was driven below zero (0 unless broken).
+    pub lazy_underflows: u64,
+}
+
+/// What one purge did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Lazy areas released.
+    pub areas: u64,
+    /// Their pages.
+    pub pages: u64,
+    /// The union range flushed, `[start, end)` (empty when nothing was lazy).
+    pub start: u64,
+    /// End of the union range.
+    pub end: u64,
+}
+
+/// The live counters behind [`VmallocStats`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) allocs: AtomicU64,
+    pub(crate) frees: AtomicU64,
+    pub(crate) purges: AtomicU64,
+    pub(crate) flush_events: AtomicU64,
+    pub(crate) pages_flushed: AtomicU64,
+    pub(crate) areas_purged: AtomicU64,
+    pub(crate) nodes_visited: AtomicU64,
+    pub(crate) nodes_visited_max: AtomicU64,
+    pub(crate) retries: AtomicU64,
+}
+
+impl Counters {
+    /// Records one allocation search.
+    pub(crate) fn searched(&self, visited: u32) {
+        self.nodes_visited.fetch_add(u64::from(visited), Relaxed);
+        self.nodes_visited_max
+            .fetch_max(u64::from(visited), Relaxed);
+    }
+
+    /// A snapshot; `cpus` gives the IPIs per flush, the rest comes from the
+    /// lazy accounting.
+    pub(crate) fn snapshot(
+        &self,
+        cpus: u32,
+        lazy_pages: u64,
+        lazy_underflows: u64,
+    ) -> VmallocStats {
+        let flush_events = self.flush_events.load(Relaxed);
+        VmallocStats {
+            allocs: self.allocs.load(Relaxed),
+            frees: self.frees.load(Relaxed),
+            purges: self.purges.load(Relaxed),
+            flush_events,
+            pages_flushed: self.pages_flushed.load(Relaxed),
+            ipis: flush_events * u64::from(cpus.saturating_sub(1)),
+            areas_purged: self.areas_purged.load(Relaxed),
+            lazy_pages,
+            nodes_visited: self.nodes_visited.load(Relaxed),
+            nodes_visited_max: self.nodes_visited_max.load(Relaxed) as u32,
+            retries: self.retries.load(Relaxed),
+            lazy_underflows,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `VmallocMem`: the OS's frame source and direct map, as vmalloc uses them.
+//!
+//! An adapter over the caller's [`FrameSource`] + [`PhysMap`]. zap-walker
+//! returns every frame it unmaps to its frame source; that is right for
+//! `vfree` (vmalloc owns the backing frames) but wrong for `vunmap`, whose
+//! frames belong to the caller of `vmap`. While vmap-lazy zaps a `vmap` area
+//! it switches this adapter to keep frees ([`set_keep_frees`]), so the frames
+//! stay the caller's. It also counts the bytes it hands out, for leak checks.
+//!
+//! [`set_keep_frees`]: VmallocMem::set_keep_frees
+
+use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A frame source + direct map that can keep the frees of a `vunmap`.
+pub struct VmallocMem<'m, M: FrameSource + PhysMap + ?Sized> {
+    mem: &'m M,
+    keep_frees: AtomicBool,
+    bytes_out: AtomicU64,
+}
+
+impl<M: FrameSource + PhysMap + ?Sized> core::fmt::Debug for VmallocMem<'_, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VmallocMem")
+            .field("bytes_out", &self.bytes_out())
+            .finish()
+    }
+}
+
+impl<'m, M: FrameSource + PhysMap + ?Sized> VmallocMem<'m, M> {
+    /// Wraps the OS's memory.
+    pub const fn new(mem: &'m M) -> Self {
+        Self {
+            mem,
+            keep_frees: AtomicBool::new(false),
+            bytes_out: AtomicU64::new(0),
+        }
+    }
+
+    /// The wrapped memory.
+    pub fn inner(&self) -> &'m M {
+        self.mem
+    }
+
+    /// Bytes handed out through this adapter and not yet returned (backing
+    /// frames and page-table pages).
+    pub fn bytes_out(&self) -> u64 {
+        self.bytes_out.load(Ordering::Relaxed)
+    }
+
+    /// While on, frees are accepted and dropped (the frames are the
+    /// caller's). Only the holder of the page-table lock switches it.
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    pub(crate) fn set_keep_frees(&self, on: bool) {
+        self.keep_frees.store(on, Ordering::Relaxed);
+    }
+}
+
+impl<M: FrameSource + PhysMap + ?Sized> FrameSource for VmallocMem<'_, M> {
+    fn granule(&self) -> u64 {
+        self.mem.granule()
+    }
+
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let a = self.mem.alloc(size, align)?;
+        self.bytes_out.fetch_add(size, Ordering::Relaxed);
+        Ok(a)
+    }
+
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        if self.keep_frees.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.mem.free(addr, size)?;
+        self.bytes_out.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl<M: FrameSource + PhysMap + ?Sized> PhysMap for VmallocMem<'_, M> {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        self.mem.phys_to_ptr(addr)
+    }
+}

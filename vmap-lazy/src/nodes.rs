@@ -1,0 +1,505 @@
+//! `NodeVmalloc`: vmalloc over vmap-core's concurrent fronts ([`VmapNodes`]:
+//! the sharded `vmap_node`s of story 4, or the global-lock variant), with a
+//! lazy list and an area table PER NODE, kept under that node's lock
+//! ([`NodeLazy`], the front's lazy slot). Freed areas go back to the node
+//! that owns them; one purge takes every node's lazy list and flushes the
+//! union of all their ranges ONCE.
+//!
+//! `vmap_lazy_nr` is one global counter, updated in the same order as in
+//! `lazy.rs`: count first, then publish on the node's list.
+
+use crate::area::{AreaInfo, AreaKind, AreaState, Counters, PurgeReport, VmallocStats};
+use crate::backing::VmallocMem;
+use crate::checker::{AllocCheck, NoCheck};
+use crate::error::VmallocError;
+use crate::lazy::LazyRange;
+use crate::mapper::{Mapper, is_shortage, pages_for};
+use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy};
+use crate::vmap_block::{Unmapped, VMAP_BBMAP_BITS, VMAP_MAX_ALLOC, VmapBlocks};
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use arch_api::sync::{DefaultRawMutex, RawMutex};
+use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
+use core::sync::atomic::{AtomicU64, Ordering};
+use vmap_core::{VmapArea, VmapError, VmapNodes};
+
+/// One node's lazy-free state: its areas and its lazy list (the front keeps
+/// it under the node's lock).
+#[derive(Debug, Default)]
+pub struct NodeLazy {
+    areas: BTreeMap<u64, AreaInfo>,
+    lazy: Vec<LazyRange>,
+}
+
+/// vmalloc over a concurrent front `N` (global lock or sharded nodes).
+pub struct NodeVmalloc<
+    'm,
+    L: PageTableLayout,
+    M: FrameSource + PhysMap + ?Sized,
+    T: TlbFlush,
+    N: VmapNodes<Lazy = NodeLazy>,
+    P: PurgePolicy = LazyMaxPages,
+    C: AllocCheck = NoCheck,
+    R: RawMutex = DefaultRawMutex,
+> {
+    map: Mapper<'m, L, M, R>,
+    nodes: N,
+    blocks: VmapBlocks<R>,
+    nr: AtomicU64,
+    underflows: AtomicU64,
+    tlb: T,
+    policy: P,
+    check: C,
+    cpus: u32,
+    counters: Counters,
+}
+
+impl<'m, L, M, T, N, P, C, R> NodeVmalloc<'m, L, M, T, N, P, C, R>
+where
+    L: PageTableLayout,
+    M: FrameSource + PhysMap + ?Sized,
+    T: TlbFlush,
+    N: VmapNodes<Lazy = NodeLazy>,
+    P: PurgePolicy,
+    C: AllocCheck,
+    R: RawMutex,
+{
+    /// vmalloc over the front `nodes` (whose page size must be the layout's).
+    pub fn new(
+        mem: &'m VmallocMem<'m, M>,
+        nodes: N,
+        tlb: T,
+        policy: P,
+        check: C,
+        cpus: u32,
+    ) -> Result<Self, VmallocError> {
+        if nodes.page_size() != L::PAGE_SIZE {
+            return Err(VmallocError::Setup(VmapError::BadPageSize {
+                page_size: nodes.page_size(),
+            }));
+        }
+        Ok(Self {
+            map: Mapper::new(mem)?,
+            nodes,
+            blocks: VmapBlocks::new(cpus as usize),
+            nr: AtomicU64::new(0),
+            underflows: AtomicU64::new(0),
+            tlb,
+            policy,
+            check,
+            cpus,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The front.
+    pub fn nodes(&self) -> &N {
+        &self.nodes
+    }
+
+    /// `vmap_lazy_nr`.
+    pub fn vmap_lazy_nr(&self) -> u64 {
+        self.nr.load(Ordering::Acquire)
+    }
+
+    fn ctx(&self) -> PurgeCtx {
+        PurgeCtx {
+            lazy_pages: self.vmap_lazy_nr(),
+            cpus: self.cpus,
+            page_size: L::PAGE_SIZE,
+        }
+    }
+
+    fn node_of(&self, node: u16) -> usize {
+        usize::from(node) % self.nodes.nr_nodes()
+    }
+
+    /// `vmalloc(size)` from CPU `cpu`'s node; aligned to `align` (a power of
+    /// two, at least a page).
+    pub fn vmalloc_on(&self, cpu: usize, size: u64, align: u64) -> Result<VirtAddr, VmallocError> {
+        let pages = pages_for(size, L::PAGE_SIZE)?;
+        let align = align.max(L::PAGE_SIZE);
+        match self.try_vmalloc(cpu, pages, align) {
+            Err(e) if is_shortage(&e) => {
+                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.purge_vmap_area_lazy();
+                self.nodes.drain_pools();
+                self.try_vmalloc(cpu, pages, align)
+            }
+            r => r,
+        }
+    }
+
+    /// Reserves `pages` pages aligned to `align` on `cpu`'s node; runs the
+    /// allocation check.
+    fn reserve(&self, cpu: usize, pages: u64, align: u64) -> Result<VmapArea, VmallocError> {
+        let (vstart, vend) = self.nodes.range();
+        let area = self
+            .nodes
+            .alloc(cpu, pages * L::PAGE_SIZE, align, vstart, vend)
+            .map_err(|e| match e {
+                VmapError::Overflow { size, .. } => VmallocError::Overflow { size },
+                e => VmallocError::NoVirtualSpace(e),
+            })?;
+        self.check.on_alloc(area.va_start, area.va_end);
+        Ok(area)
+    }
+
+    fn publish(&self, area: &VmapArea, pages: u64, caller: &'static str, kind: AreaKind) {
+        let info = AreaInfo {
+            start: area.va_start,
+            end: area.va_end,
+            pages,
+            caller,
+            kind,
+            state: AreaState::Live,
+        };
+        self.nodes.with_lazy(self.node_of(area.node), |nl| {
+            nl.areas.insert(area.va_start.as_u64(), info)
+        });
+        self.counters.allocs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f`; on a shortage purges, drains the node pools and runs it
+    /// once more.
+    fn with_retry<X>(&self, f: impl Fn() -> Result<X, VmallocError>) -> Result<X, VmallocError> {
+        match f() {
+            Err(e) if is_shortage(&e) => {
+                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.purge_vmap_area_lazy();
+                self.nodes.drain_pools();
+                f()
+            }
+            r => r,
+        }
+    }
+
+    fn try_vmalloc(&self, cpu: usize, pages: u64, align: u64) -> Result<VirtAddr, VmallocError> {
+        let area = self.reserve(cpu, pages, align)?;
+        if let Err(e) = self.map.map_new(area.va_start, pages) {
+            // Cannot fail: reserved just now and not published.
+            let _ = self.nodes.free_area(&area);
+            return Err(e);
+        }
+        self.publish(&area, pages, "vmalloc", AreaKind::Vmalloc);
+        Ok(area.va_start)
+    }
+
+    /// `vmap(frames, flags)` from CPU `cpu`'s node; the frames stay the
+    /// caller's.
+    pub fn vmap_on(
+        &self,
+        cpu: usize,
+        frames: &[PhysAddr],
+        flags: MapFlags,
+    ) -> Result<VirtAddr, VmallocError> {
+        if frames.is_empty() {
+            return Err(VmallocError::ZeroSize);
+        }
+        if let Some(f) = frames.iter().find(|f| !f.is_aligned(L::PAGE_SIZE)) {
+            return Err(VmallocError::UnalignedFrame { frame: f.as_u64() });
+        }
+        let pages = frames.len() as u64;
+        pages_for(pages.saturating_mul(L::PAGE_SIZE), L::PAGE_SIZE)?;
+        self.with_retry(|| {
+            let area = self.reserve(cpu, pages, L::PAGE_SIZE)?;
+            if let Err(e) = self.map.map_frames(area.va_start, frames, flags) {
+                let _ = self.nodes.free_area(&area);
+                return Err(e);
+            }
+            self.publish(&area, pages, "vmap", AreaKind::Vmap);
+            Ok(area.va_start)
+        })
+    }
+
+    /// `vunmap(addr)`: as [`vfree`](Self::vfree) for a `vmap` area.
+    pub fn vunmap(&self, addr: VirtAddr) -> Result<(), VmallocError> {
+        if addr.as_u64() == 0 {
+            return Ok(());
+        }
+        self.free_kind(addr, AreaKind::Vmap)
+    }
+
+    /// `vm_map_ram(frames)` on CPU `cpu`: up to [`VMAP_MAX_ALLOC`] pages
+    /// from the CPU's vmap block (see `vmap_block.rs`), larger ones a plain
+    /// [`vmap_on`](Self::vmap_on).
+    pub fn vm_map_ram(
+        &self,
+        cpu: usize,
+        frames: &[PhysAddr],
+        flags: MapFlags,
+    ) -> Result<VirtAddr, VmallocError> {
+        let n = frames.len() as u64;
+        if n == 0 {
+            return Err(VmallocError::ZeroSize);
+        }
+        if n > VMAP_MAX_ALLOC {
+            return self.vmap_on(cpu, frames, flags);
+        }
+        if let Some(f) = frames.iter().find(|f| !f.is_aligned(L::PAGE_SIZE)) {
+            return Err(VmallocError::UnalignedFrame { frame: f.as_u64() });
+        }
+        let ps = L::PAGE_SIZE;
+        let mut cb = self.blocks.cpus[cpu % self.blocks.cpus.len()].lock();
+        let carved = match cb.carve(n) {
+            Some(x) => Some(x),
+            None => {
+                let (u, snap) = cb.dirty(ps);
+                u.and_then(|(s, e)| {
+                    self.tlb.flush_range(VirtAddr::new(s), VirtAddr::new(e), ps);
+                    self.counters.flush_events.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .pages_flushed
+                        .fetch_add((e - s).div_ceil(ps), Ordering::Relaxed);
+                    cb.flushed(&snap);
+                    cb.carve(n)
+                })
+            }
+        };
+        let (bstart, i) = match carved {
+            Some(x) => x,
+            None => {
+                let area = self.with_retry(|| {
+                    let area = self.reserve(cpu, VMAP_BBMAP_BITS, VMAP_BBMAP_BITS * ps)?;
+                    self.publish(&area, VMAP_BBMAP_BITS, "vmap_block", AreaKind::VmapBlock);
+                    Ok(area)
+                })?;
+                cb.add(area.va_start.as_u64());
+                // Cannot fail: the block is new and n <= VMAP_MAX_ALLOC.
+                cb.carve(n).ok_or(VmallocError::ZeroSize)?
+            }
+        };
+        let va = VirtAddr::new(bstart + i * ps);
+        self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
+        if let Err(e) = self.map.map_frames(va, frames, flags) {
+            cb.uncarve(bstart, i, n);
+            return Err(e);
+        }
+        Ok(va)
+    }
+
+    /// `vm_unmap_ram(addr, count)`: as [`Vmalloc::vm_unmap_ram`](crate::Vmalloc::vm_unmap_ram).
+    pub fn vm_unmap_ram(&self, addr: VirtAddr, count: u64) -> Result<(), VmallocError> {
+        if count > VMAP_MAX_ALLOC {
+            return self.vunmap(addr);
+        }
+        let ps = L::PAGE_SIZE;
+        let not_found = VmallocError::NotFound {
+            addr: addr.as_u64(),
+        };
+        if count == 0 || !addr.is_aligned(ps) {
+            return Err(not_found);
+        }
+        let bstart = addr.as_u64() & !(VMAP_BBMAP_BITS * ps - 1);
+        let i = (addr.as_u64() - bstart) / ps;
+        for m in &self.blocks.cpus {
+            let mut cb = m.lock();
+            if !cb.owns(bstart) {
+                continue;
+            }
+            if !cb.is_mapped(bstart, i, count) {
+                return Err(not_found);
+            }
+            let r = self
+                .map
+                .unmap_noflush(addr, VirtAddr::new(addr.as_u64() + count * ps), true);
+            let retire = matches!(cb.unmap(bstart, i, count), Unmapped::Retire);
+            drop(cb);
+            if retire {
+                self.retire_block(bstart);
+            }
+            return r;
+        }
+        Err(not_found)
+    }
+
+    /// A block with every page dirty goes on its node's lazy list.
+    fn retire_block(&self, start: u64) {
+        let Some(area) = self.nodes.find(VirtAddr::new(start)) else {
+            return;
+        };
+        let node = self.node_of(area.node);
+        self.nodes.with_lazy(node, |nl| {
+            if let Some(info) = nl.areas.get_mut(&start) {
+                info.state = AreaState::Lazy;
+            }
+        });
+        self.publish_lazy(node, start, area.va_end.as_u64(), VMAP_BBMAP_BITS);
+    }
+
+    /// Count, then publish on node `node`'s lazy list (see lazy.rs); then
+    /// ask the policy.
+    fn publish_lazy(&self, node: usize, start: u64, end: u64, pages: u64) {
+        self.nr.fetch_add(pages, Ordering::AcqRel);
+        self.nodes.with_lazy(node, |nl| {
+            nl.lazy.push(LazyRange {
+                start,
+                end,
+                pages,
+                released: false,
+            })
+        });
+        self.counters.frees.fetch_add(1, Ordering::Relaxed);
+        if self.policy.after_free(&self.ctx()) {
+            self.purge_vmap_area_lazy();
+        }
+    }
+
+    /// `vm_unmap_aliases()`: one flush for every node's lazy areas and every
+    /// CPU's vmap-block dirty pages.
+    pub fn vm_unmap_aliases(&self) -> PurgeReport {
+        let mut union: Option<(u64, u64)> = None;
+        let mut snaps = Vec::new();
+        for (c, m) in self.blocks.cpus.iter().enumerate() {
+            let (u, snap) = m.lock().dirty(L::PAGE_SIZE);
+            if let Some((s, e)) = u {
+                union = Some(union.map_or((s, e), |(us, ue)| (us.min(s), ue.max(e))));
+                snaps.push((c, snap));
+            }
+        }
+        let r = self.purge_with(union);
+        for (c, snap) in snaps {
+            self.blocks.cpus[c].lock().flushed(&snap);
+        }
+        r
+    }
+
+    /// `vfree(addr)`: as [`Vmalloc::vfree`](crate::Vmalloc::vfree); the area
+    /// goes on the lazy list of the node that owns it.
+    pub fn vfree(&self, addr: VirtAddr) -> Result<(), VmallocError> {
+        if addr.as_u64() == 0 {
+            return Ok(());
+        }
+        self.free_kind(addr, AreaKind::Vmalloc)
+    }
+
+    fn free_kind(&self, addr: VirtAddr, kind: AreaKind) -> Result<(), VmallocError> {
+        let not_found = VmallocError::NotFound {
+            addr: addr.as_u64(),
+        };
+        let area = self.nodes.find(addr).ok_or(not_found)?;
+        let node = self.node_of(area.node);
+        let info = self.nodes.with_lazy(node, |nl| {
+            let info = match nl.areas.get_mut(&addr.as_u64()) {
+                Some(i) if i.state == AreaState::Live => i,
+                _ => return Err(not_found),
+            };
+            if info.kind != kind {
+                return Err(VmallocError::WrongKind {
+                    addr: addr.as_u64(),
+                    kind: info.kind.name(),
+                });
+            }
+            info.state = AreaState::Lazy;
+            Ok(*info)
+        })?;
+        let unmapped = self
+            .map
+            .unmap_noflush(info.start, info.end, kind == AreaKind::Vmap);
+        self.publish_lazy(node, info.start.as_u64(), info.end.as_u64(), info.pages);
+        unmapped
+    }
+
+    /// One purge over all nodes: take every lazy list, flush the union once,
+    /// then give each range back to its node.
+    pub fn purge_vmap_area_lazy(&self) -> PurgeReport {
+        self.purge_with(None)
+    }
+
+    fn purge_with(&self, extra: Option<(u64, u64)>) -> PurgeReport {
+        let nr_nodes = self.nodes.nr_nodes();
+        let mut taken: Vec<(usize, Vec<LazyRange>)> = Vec::new();
+        let (mut start, mut end, mut pages, mut areas) = (u64::MAX, 0, 0, 0u64);
+        for n in 0..nr_nodes {
+            let list = self.nodes.with_lazy(n, |nl| core::mem::take(&mut nl.lazy));
+            for r in &list {
+                start = start.min(r.start);
+                end = end.max(r.end);
+                pages += r.pages;
+                areas += 1;
+            }
+            if !list.is_empty() {
+                taken.push((n, list));
+            }
+        }
+        if let Some((s, e)) = extra {
+            start = start.min(s);
+            end = end.max(e);
+        }
+        if taken.is_empty() && extra.is_none() {
+            return PurgeReport::default();
+        }
+        self.tlb
+            .flush_range(VirtAddr::new(start), VirtAddr::new(end), L::PAGE_SIZE);
+        self.counters.flush_events.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .pages_flushed
+            .fetch_add((end - start).div_ceil(L::PAGE_SIZE), Ordering::Relaxed);
+        for (n, list) in &taken {
+            self.nodes.with_lazy(*n, |nl| {
+                for r in list {
+                    nl.areas.remove(&r.start);
+                }
+            });
+            for r in list {
+                // Cannot fail: a lazy area stays reserved until here.
+                let _ = self.nodes.free(VirtAddr::new(r.start));
+            }
+        }
+        if taken.is_empty() {
+            return PurgeReport {
+                start,
+                end,
+                ..PurgeReport::default()
+            };
+        }
+        if self.nr.fetch_sub(pages, Ordering::AcqRel) < pages {
+            self.underflows.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.purges.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .areas_purged
+            .fetch_add(areas, Ordering::Relaxed);
+        PurgeReport {
+            areas,
+            pages,
+            start,
+            end,
+        }
+    }
+
+    /// Writes through the page table (the software MMU).
+    pub fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
+        self.map.write_byte(va, byte)
+    }
+
+    /// Every area of every node (vmallocinfo), sorted by address.
+    pub fn areas(&self) -> Vec<AreaInfo> {
+        let mut v = Vec::new();
+        for n in 0..self.nodes.nr_nodes() {
+            self.nodes
+                .with_lazy(n, |nl| v.extend(nl.areas.values().copied()));
+        }
+        v.sort_by_key(|a| a.start);
+        v
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> VmallocStats {
+        self.counters.snapshot(
+            self.cpus,
+            self.vmap_lazy_nr(),
+            self.underflows.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Page-table bytes held.
+    pub fn pagetable_bytes(&self) -> u64 {
+        self.map.pagetable_bytes()
+    }
+
+    /// The frame adapter.
+    pub fn mem(&self) -> &'m VmallocMem<'m, M> {
+        self.map.mem
+    }
+}

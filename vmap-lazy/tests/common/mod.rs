@@ -1,0 +1,75 @@
+//! Shared set-up: a PhysArena, the software TLB of 4 CPUs and a checker.
+#![allow(dead_code)]
+
+use arch_api::{
+    CostModel, FrameError, FrameSource, PhysAddr, PhysArena, PhysMap, SoftTlb, VirtAddr,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub type L = arch_x86_64::X86_64Pml4;
+pub const PAGE: u64 = 4096;
+pub const VSTART: u64 = 0xffff_c900_0000_0000;
+pub const CPUS: usize = 4;
+
+pub fn arena(bytes: u64) -> PhysArena {
+    PhysArena::new(bytes, PAGE).expect("arena")
+}
+
+pub fn tlb() -> SoftTlb {
+    SoftTlb::new(CPUS, PAGE, CostModel::FREE)
+}
+
+pub fn cfg(pages: u64) -> vmap_lazy::VmallocConfig {
+    vmap_lazy::VmallocConfig {
+        vstart: VirtAddr::new(VSTART),
+        vend: VirtAddr::new(VSTART + pages * PAGE),
+        cpus: CPUS as u32,
+    }
+}
+
+pub fn va(a: VirtAddr, page: u64) -> VirtAddr {
+    VirtAddr::new(a.as_u64() + page * PAGE)
+}
+
+/// A frame source that refuses every allocation after the first `budget`.
+pub struct Failing<'a> {
+    pub inner: &'a PhysArena,
+    pub budget: AtomicU64,
+}
+
+impl<'a> Failing<'a> {
+    pub fn new(inner: &'a PhysArena, budget: u64) -> Self {
+        Self {
+            inner,
+            budget: AtomicU64::new(budget),
+        }
+    }
+    pub fn set(&self, budget: u64) {
+        self.budget.store(budget, Ordering::Relaxed);
+    }
+}
+
+impl FrameSource for Failing<'_> {
+    fn granule(&self) -> u64 {
+        self.inner.granule()
+    }
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let ok = self
+            .budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+            .is_ok();
+        if !ok {
+            return Err(FrameError::OutOfFrames);
+        }
+        self.inner.alloc(size, align)
+    }
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        self.inner.free(addr, size)
+    }
+}
+
+impl PhysMap for Failing<'_> {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        self.inner.phys_to_ptr(addr)
+    }
+}

@@ -1,0 +1,197 @@
+//! NodeVmalloc over the sharded nodes and the global lock, with real threads:
+//! per-node lazy lists, one purge for all nodes, nothing leaked, no stale TLB.
+
+mod common;
+
+use arch_api::{PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+use common::*;
+use vmap_core::{GlobalVmap, ShardedVmap, VmapNodes};
+use vmap_lazy::{
+    LazyMaxPages, NodeLazy, NodeVmalloc, PurgeCtx, PurgePolicy, StaleTlbChecker, VmallocError,
+    VmallocMem,
+};
+
+/// Purge after 64 lazy pages (small, so purges happen during the test).
+struct Small;
+impl PurgePolicy for Small {
+    const NAME: &'static str = "small";
+    fn after_free(&self, ctx: &PurgeCtx) -> bool {
+        ctx.lazy_pages > 64
+    }
+}
+
+fn hammer<N: VmapNodes<Lazy = NodeLazy>>(make: impl FnOnce() -> N) {
+    let arena = arena(16 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let checker = StaleTlbChecker::new(&tlb);
+    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, N, Small, &StaleTlbChecker<'_>> =
+        NodeVmalloc::new(&mem, make(), tlb.on(0), Small, &checker, CPUS as u32).unwrap();
+    std::thread::scope(|s| {
+        for cpu in 0..CPUS {
+            let (v, tlb) = (&v, &tlb);
+            s.spawn(move || {
+                let mut held = Vec::new();
+                for i in 0..300u64 {
+                    let pages = 1 + (i + cpu as u64) % 4;
+                    let a = v.vmalloc_on(cpu, pages * PAGE, PAGE).unwrap();
+                    for p in 0..pages {
+                        let va = VirtAddr::new(a.as_u64() + p * PAGE);
+                        v.write_byte(va, 1).unwrap();
+                        tlb.touch(cpu, va);
+                    }
+                    held.push(a);
+                    if held.len() > 3 {
+                        v.vfree(held.remove(0)).unwrap();
+                    }
+                }
+                for a in held {
+                    v.vfree(a).unwrap();
+                }
+            });
+        }
+    });
+    assert!(v.stats().purges > 0);
+    v.purge_vmap_area_lazy();
+    assert_eq!(checker.violations(), 0, "{:?}", checker.first_violation());
+    assert_eq!(v.vmap_lazy_nr(), 0);
+    assert_eq!(v.stats().lazy_underflows, 0);
+    assert!(v.areas().is_empty());
+    assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "no frame leaked");
+    v.nodes().drain_pools();
+    assert_eq!(v.nodes().busy_bytes(), 0, "every range released");
+    assert_eq!(
+        v.vfree(VirtAddr::new(VSTART)),
+        Err(VmallocError::NotFound { addr: VSTART })
+    );
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "threads x 300 allocations: too slow under miri; covered natively"
+)]
+fn sharded_nodes_lazy_free_and_purge_under_threads() {
+    hammer(|| {
+        ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
+            VirtAddr::new(VSTART),
+            VirtAddr::new(VSTART + (1 << 32)),
+            PAGE,
+            CPUS,
+        )
+        .unwrap()
+    });
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "threads x 300 allocations: too slow under miri; covered natively"
+)]
+fn global_lock_lazy_free_and_purge_under_threads() {
+    hammer(|| {
+        GlobalVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
+            VirtAddr::new(VSTART),
+            VirtAddr::new(VSTART + (1 << 32)),
+            PAGE,
+        )
+        .unwrap()
+    });
+}
+
+#[test]
+fn one_purge_covers_every_nodes_lazy_list() {
+    let arena = arena(8 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + (1 << 32)),
+        PAGE,
+        CPUS,
+    )
+    .unwrap();
+    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
+        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 4).unwrap();
+    let areas: Vec<_> = (0..CPUS)
+        .map(|cpu| v.vmalloc_on(cpu, PAGE, PAGE).unwrap())
+        .collect();
+    let mut distinct: Vec<_> = areas
+        .iter()
+        .map(|a| v.nodes().find(*a).unwrap().node)
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() > 1, "areas come from several nodes");
+    for a in &areas {
+        v.vfree(*a).unwrap();
+    }
+    assert_eq!(v.vmap_lazy_nr(), CPUS as u64);
+    let r = v.purge_vmap_area_lazy();
+    assert_eq!(r.areas, CPUS as u64);
+    assert_eq!(tlb.stats().flush_events, 1, "one flush for all nodes");
+    assert_eq!(v.vmap_lazy_nr(), 0);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "600 mappings: too slow under miri; covered natively")]
+fn vm_map_ram_and_vmap_on_sharded_nodes() {
+    use arch_api::{FrameSource, MapFlags};
+    use vmap_lazy::{AreaKind, VMAP_MAX_ALLOC};
+    let arena = arena(16 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let checker = StaleTlbChecker::new(&tlb);
+    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + (1 << 32)),
+        PAGE,
+        CPUS,
+    )
+    .unwrap();
+    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages, &StaleTlbChecker<'_>> =
+        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, &checker, CPUS as u32).unwrap();
+    let frames: Vec<_> = (0..VMAP_MAX_ALLOC + 1)
+        .map(|_| arena.alloc(PAGE, PAGE).unwrap())
+        .collect();
+    let flags = MapFlags::WRITE | MapFlags::GLOBAL;
+    let in_use = arena.frames_in_use();
+    // Many small mappings per CPU, unmapped again: blocks are reused.
+    for round in 0..600u64 {
+        let cpu = (round % CPUS as u64) as usize;
+        let n = 1 + round % 8;
+        let a = v.vm_map_ram(cpu, &frames[..n as usize], flags).unwrap();
+        v.write_byte(a, 7).unwrap();
+        tlb.touch(cpu, a);
+        v.vm_unmap_ram(a, n).unwrap();
+        assert_eq!(
+            v.vm_unmap_ram(a, n),
+            Err(VmallocError::NotFound { addr: a.as_u64() })
+        );
+    }
+    let big = v.vm_map_ram(1, &frames, flags).unwrap();
+    assert_eq!(
+        v.areas().iter().find(|i| i.start == big).unwrap().kind,
+        AreaKind::Vmap
+    );
+    assert_eq!(
+        v.vfree(big),
+        Err(VmallocError::WrongKind {
+            addr: big.as_u64(),
+            kind: "vmap"
+        })
+    );
+    v.vm_unmap_ram(big, VMAP_MAX_ALLOC + 1).unwrap();
+    v.vm_unmap_aliases();
+    assert_eq!(checker.violations(), 0, "{:?}", checker.first_violation());
+    assert_eq!(v.vmap_lazy_nr(), 0);
+    assert!(v.areas().iter().all(|a| a.kind == AreaKind::VmapBlock));
+    let new_tables = v.pagetable_bytes() / PAGE;
+    assert!(
+        arena.frames_in_use() <= in_use + new_tables,
+        "caller frames untouched, none leaked"
+    );
+    for f in frames {
+        arena.free(f, PAGE).unwrap();
+    }
+}

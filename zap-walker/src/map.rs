@@ -1,0 +1,347 @@
+//! `map_range`: installing leaves, allocating the tables they need.
+//!
+//! A map runs in two passes so that a failure changes nothing: the first
+//! walks the range (descending only into tables that exist), rejects any
+//! present mapping and counts the tables missing per level; then all of them
+//! are allocated (zeroed) into a reserve; only then does the second pass link
+//! tables and write leaves, which cannot fail. If the frame source runs dry
+//! while filling the reserve, the reserve is returned and nothing was ever
+//! visible to the MMU, so no TLB flush is needed to undo it.
+
+use crate::errors::WalkError;
+use crate::walker::{MAX_LEVELS, TableRef, Walker};
+use arch_api::{
+    EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
+};
+
+/// The frames to map, one per page of the range.
+#[derive(Clone, Copy, Debug)]
+pub enum Frames<'a> {
+    /// Page `i` of the range maps `frames[i]`.
+    List(&'a [PhysAddr]),
+    /// `pages` physically contiguous pages starting at `start`.
+    Contiguous {
+        /// The first frame.
+        start: PhysAddr,
+        /// Number of pages.
+        pages: u64,
+    },
+}
+
+impl Frames<'_> {
+    /// Pages described.
+    pub fn pages(&self) -> u64 {
+        match self {
+            Frames::List(l) => l.len() as u64,
+            Frames::Contiguous { pages, .. } => *pages,
+        }
+    }
+
+    /// The frame of page `i` (`i < pages()`), for pages of `page_size` bytes.
+    #[inline]
+    fn frame(&self, i: u64, page_size: u64) -> PhysAddr {
+        match self {
+            Frames::List(l) => l[i as usize],
+            Frames::Contiguous { start, .. } => PhysAddr::new(start.as_u64() + i * page_size),
+        }
+    }
+
+    /// Whether pages `i .. i + n` are physically contiguous and the first is
+    /// aligned to `n * page_size` (what a large leaf needs).
+    fn large_ok(&self, i: u64, n: u64, page_size: u64) -> bool {
+        let first = self.frame(i, page_size);
+        if !first.is_aligned(n * page_size) {
+            return false;
+        }
+        match self {
+            Frames::Contiguous { .. } => true,
+            Frames::List(l) => l[i as usize..(i + n) as usize]
+                .iter()
+                .enumerate()
+                .all(|(j, f)| f.as_u64() == first.as_u64() + j as u64 * page_size),
+        }
+    }
+
+    fn check_aligned(&self, page_size: u64) -> Result<(), WalkError> {
+        let bad = match self {
+            Frames::List(l) => l.iter().find(|f| !f.is_aligned(page_size)).copied(),
+            Frames::Contiguous { start, .. } => (!start.is_aligned(page_size)).then_some(*start),
+        };
+        match bad {
+            Some(frame) => Err(WalkError::UnalignedFrame { frame }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether `map_range_with` may use large leaves (2 MiB / 1 GiB pages,
+/// aarch64 blocks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MapHint {
+    /// Base pages only.
+    #[default]
+    Pages,
+    /// A large leaf wherever the layout allows one at that level, the virtual
+    /// range covers the whole entry, and the frames under it are contiguous
+    /// and aligned to its size.
+    LargeLeaves,
+}
+
+struct MapCtx<'f> {
+    start: u64,
+    frames: Frames<'f>,
+    flags: MapFlags,
+    hint: MapHint,
+}
+
+/// Tables allocated ahead of the install pass, chained through their first
+/// word (`next | 1`, 0 at the end: tables are aligned, so bit 0 is free).
+#[derive(Default)]
+struct Reserve {
+    heads: [u64; MAX_LEVELS],
+}
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
+    /// Maps `frames` at `va`, one frame per page, with base pages. The walker
+    /// owns the frames from now on: a zap returns them to the frame source.
+    /// On error nothing has changed and the frames are still the caller's.
+    pub fn map_range(
+        &mut self,
+        va: VirtAddr,
+        frames: Frames<'_>,
+        flags: MapFlags,
+    ) -> Result<(), WalkError> {
+        self.map_range_with(va, frames, flags, MapHint::Pages)
+    }
+
+    /// [`map_range`](Self::map_range) with a hint to use large leaves.
+    pub fn map_range_with(
+        &mut self,
+        va: VirtAddr,
+        frames: Frames<'_>,
+        flags: MapFlags,
+        hint: MapHint,
+    ) -> Result<(), WalkError> {
+        let ps = L::PAGE_SIZE;
+        let start = va.as_u64();
+        let pages = frames.pages();
+        // `end` is exclusive, so the very last page of the 64-bit space
+        // cannot be mapped: its end would be 2^64.
+        let end = pages
+            .checked_mul(ps)
+            .and_then(|len| start.checked_add(len))
+            .ok_or(WalkError::Wraps { start: va })?;
+        self.check_range(start, end)?;
+        if pages == 0 {
+            return Ok(());
+        }
+        frames.check_aligned(ps)?;
+        let ctx = MapCtx {
+            start,
+            frames,
+            flags,
+            hint,
+        };
+        let root_pa = self.root(va);
+        let root = self.table(root_pa, 0);
+
+        let mut need = [0u64; MAX_LEVELS];
+        self.plan(0, Some(root), start, end, &ctx, &mut need)?;
+
+        let mut reserve = Reserve::default();
+        for (level, &n) in need.iter().enumerate().take(L::LEVELS).skip(1) {
+            for _ in 0..n {
+                match self.alloc_table(level) {
+                    Ok(pa) => self.reserve_push(&mut reserve, level, pa),
+                    Err(e) => {
+                        self.reserve_drain(&mut reserve);
+                        return Err(WalkError::OutOfTables(e));
+                    }
+                }
+            }
+        }
+
+        let h = self.half(start);
+        let mut live = self.root_live[h];
+        let r = self.install(0, root, start, end, &ctx, &mut reserve, &mut live);
+        self.root_live[h] = live;
+        // Empty unless the two passes disagreed, which they cannot.
+        self.reserve_drain(&mut reserve);
+        r
+    }
+
+    /// Whether `[a, n)`, one whole entry's range at `level`, gets a leaf
+    /// at `level` rather than a table.
+    #[inline]
+    fn leaf_here(level: usize, a: u64, n: u64, ctx: &MapCtx<'_>) -> bool {
+        if level + 1 == L::LEVELS {
+            return true;
+        }
+        if ctx.hint != MapHint::LargeLeaves || !L::leaf_allowed(level) {
+            return false;
+        }
+        let span = L::entry_span(level);
+        a % span == 0
+            && n - a == span
+            && ctx.frames.large_ok(
+                (a - ctx.start) / L::PAGE_SIZE,
+                span / L::PAGE_SIZE,
+                L::PAGE_SIZE,
+            )
+    }
+
+    /// Pass 1: rejects present mappings in `[addr, end)` and counts missing
+    /// tables per level. `table` is `None` inside a subtree that does not
+    /// exist yet.
+    fn plan(
+        &self,
+        level: usize,
+        table: Option<TableRef>,
+        mut addr: u64,
+        end: u64,
+        ctx: &MapCtx<'_>,
+        need: &mut [u64; MAX_LEVELS],
+    ) -> Result<(), WalkError> {
+        let last = L::LEVELS - 1;
+        while addr < end {
+            let next = Self::next_boundary(addr, level, end);
+            let e = L::Entry::from_raw(
+                table.map_or(0, |t| t.load(L::index(VirtAddr::new(addr), level))),
+            );
+            match e.kind(level) {
+                EntryKind::Leaf => {
+                    return Err(WalkError::AlreadyMapped {
+                        addr: VirtAddr::new(addr),
+                    });
+                }
+                EntryKind::Table if level < last => {
+                    let child = self.table(e.addr(), level + 1);
+                    self.plan(level + 1, Some(child), addr, next, ctx, need)?;
+                }
+                EntryKind::Table => {
+                    return Err(WalkError::Corrupt {
+                        addr: VirtAddr::new(addr),
+                    });
+                }
+                EntryKind::None => {
+                    if !Self::leaf_here(level, addr, next, ctx) {
+                        need[level + 1] += 1;
+                        // A missing last-level table is filled with leaves
+                        // only: nothing more to count below it.
+                        if level + 1 < last {
+                            self.plan(level + 1, None, addr, next, ctx, need)?;
+                        }
+                    }
+                }
+            }
+            addr = next;
+        }
+        Ok(())
+    }
+
+    /// Pass 2: links tables from the reserve and writes leaves. `live` is the
+    /// count of present entries of `t`, updated as entries are added.
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &mut self,
+        level: usize,
+        t: TableRef,
+        mut addr: u64,
+        end: u64,
+        ctx: &MapCtx<'_>,
+        reserve: &mut Reserve,
+        live: &mut u64,
+    ) -> Result<(), WalkError> {
+        let ps = L::PAGE_SIZE;
+        if level + 1 == L::LEVELS {
+            // The hot loop of a dense map: the plan proved every entry empty.
+            while addr < end {
+                let frame = ctx.frames.frame((addr - ctx.start) / ps, ps);
+                let leaf = L::Entry::new_leaf(frame, ctx.flags, level);
+                t.store(L::index(VirtAddr::new(addr), level), leaf.raw());
+                *live += 1;
+                self.stats.leaves_mapped += 1;
+                addr += ps;
+            }
+            return Ok(());
+        }
+        while addr < end {
+            let next = Self::next_boundary(addr, level, end);
+            let idx = L::index(VirtAddr::new(addr), level);
+            let e = L::Entry::from_raw(t.load(idx));
+            match e.kind(level) {
+                EntryKind::None if Self::leaf_here(level, addr, next, ctx) => {
+                    let frame = ctx.frames.frame((addr - ctx.start) / ps, ps);
+                    t.store(idx, L::Entry::new_leaf(frame, ctx.flags, level).raw());
+                    *live += 1;
+                    self.stats.leaves_mapped += 1;
+                }
+                EntryKind::None => {
+                    let child_pa =
+                        self.reserve_take(reserve, level + 1)
+                            .ok_or(WalkError::Corrupt {
+                                addr: VirtAddr::new(addr),
+                            })?;
+                    // Release store: the child was zeroed before it is reachable.
+                    t.store(idx, L::Entry::new_table(child_pa).raw());
+                    *live += 1;
+                    let mut child_live = 0;
+                    let child = self.table(child_pa, level + 1);
+                    let r =
+                        self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
+                    t.set_live(idx, child_live);
+                    r?;
+                }
+                EntryKind::Table => {
+                    let mut child_live = t.live(idx);
+                    let child = self.table(e.addr(), level + 1);
+                    let r =
+                        self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
+                    t.set_live(idx, child_live);
+                    r?;
+                }
+                EntryKind::Leaf => {
+                    return Err(WalkError::AlreadyMapped {
+                        addr: VirtAddr::new(addr),
+                    });
+                }
+            }
+            addr = next;
+        }
+        Ok(())
+    }
+
+    fn reserve_push(&mut self, r: &mut Reserve, level: usize, pa: PhysAddr) {
+        let p = self.mem.phys_to_ptr(pa) as *mut u64;
+        // SAFETY: `pa` is a table page just allocated (and zeroed) by
+        // `alloc_table`, at least 8 bytes, 8-aligned, not linked anywhere: a
+        // plain write cannot race with the MMU or a software walker.
+        unsafe { p.write(r.heads[level]) };
+        r.heads[level] = pa.as_u64() | 1;
+    }
+
+    fn reserve_take(&mut self, r: &mut Reserve, level: usize) -> Option<PhysAddr> {
+        let head = r.heads[level];
+        if head == 0 {
+            return None;
+        }
+        let pa = PhysAddr::new(head & !1);
+        let p = self.mem.phys_to_ptr(pa) as *mut u64;
+        // SAFETY: as in `reserve_push`: the page is reserved and unlinked; the
+        // link word is restored to zero so the table is all zero again.
+        r.heads[level] = unsafe { p.read() };
+        // SAFETY: as above.
+        unsafe { p.write(0) };
+        Some(pa)
+    }
+
+    fn reserve_drain(&mut self, r: &mut Reserve) {
+        for level in 1..L::LEVELS {
+            while let Some(pa) = self.reserve_take(r, level) {
+                // A page we just allocated from this source; if it refuses it
+                // back there is nothing better to do than keep counting it.
+                let _ = self.release_table(pa, level);
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! `zap_range`: clearing a range under a budget, with lock breaks.
+//!
+//! The shape is Linux's after the 2005 fix (`unmap_page_range` and the
+//! `zap_*_range` functions): one function per level walks its table from
+//! `addr` to `end` and *returns the address it reached*. An empty entry is
+//! charged one unit and skipped in one step, whatever it spans; a leaf is
+//! cleared and charged a page's weight; a table is descended into. After
+//! every entry the budget is asked whether it is spent; if so each level
+//! returns at once, the top finishes the gather (flush, then free), calls the
+//! OS hook, and descends again from the root at the address reached. Progress
+//! never depends on re-descending: the only descents are the first one and
+//! one per lock break (or, for the `address` policy, one per block: the
+//! pre-2005 behaviour it exists to reproduce).
+//!
+//! Two more skips come from the live counts (see `walker.rs`): a table whose
+//! count drops to zero is unlinked and queued for freeing, and a walk stops
+//! scanning a table once its count is zero, since the rest of it is empty.
+//! Entries skipped that way are not visited and not charged.
+
+use crate::budget::{BreakInfo, ZapBudget};
+use crate::errors::WalkError;
+use crate::gather::{Freed, FreedKind, Gather};
+use crate::stats::WalkStats;
+use crate::walker::{TableRef, Walker};
+use arch_api::{
+    EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, TlbFlush,
+    VirtAddr,
+};
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
+    /// Unmaps `[start, end)`: clears every leaf in it (splitting a large
+    /// leaf the range covers only in part), frees the frames and any table
+    /// page that became empty through `gather` (flush first), and breaks as
+    /// `budget` decides. Returns the counters of this call. The gather is
+    /// finished (nothing pending) when this returns, error or not.
+    pub fn zap_range<B: ZapBudget, T: TlbFlush, const N: usize>(
+        &mut self,
+        start: VirtAddr,
+        end: VirtAddr,
+        budget: &mut B,
+        gather: &mut Gather<T, N>,
+    ) -> Result<WalkStats, WalkError> {
+        let (s, e) = (start.as_u64(), end.as_u64());
+        self.check_range(s, e)?;
+        let ps = L::PAGE_SIZE;
+        let before = self.stats;
+        let mut call_max = 0u64;
+        let mut units_mark = self.stats.budget_units;
+        let mut visits_mark = self.stats.entries_visited;
+        let mut addr = s;
+        let mut result = Ok(());
+        while addr < e {
+            // A block is at least one page and ends on a page boundary.
+            let be = (budget.block_end(addr, e).min(e) & !(ps - 1)).max(addr + ps);
+            self.stats.descents += 1;
+            let h = self.half(addr);
+            let root = self.table(self.root(VirtAddr::new(addr)), 0);
+            let mut live = self.root_live[h];
+            let r = self.zap_table(0, root, addr, be, &mut live, budget, gather);
+            self.root_live[h] = live;
+            match r {
+                Ok(reached) => addr = reached,
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+            if addr < e && budget.break_after_block() {
+                // Everything cleared so far is flushed and freed before the
+                // OS may run something else (or retake the lock).
+                self.finish_gather(gather);
+                let info = BreakInfo {
+                    reached: addr,
+                    units_since_break: self.stats.budget_units - units_mark,
+                    entries_since_break: self.stats.entries_visited - visits_mark,
+                };
+                call_max = call_max.max(info.units_since_break);
+                budget.lock_break(&info);
+                self.stats.lock_breaks += 1;
+                units_mark = self.stats.budget_units;
+                visits_mark = self.stats.entries_visited;
+            }
+        }
+        self.finish_gather(gather);
+        call_max = call_max.max(self.stats.budget_units - units_mark);
+        self.stats.max_work_between_breaks = self.stats.max_work_between_breaks.max(call_max);
+        let free_error = self.free_error.take();
+        result?;
+        if let Some(err) = free_error {
+            return Err(err);
+        }
+        let mut d = self.stats.since(&before);
+        d.max_work_between_breaks = call_max;
+        Ok(d)
+    }
+
+    #[inline]
+    fn visit(&mut self, level: usize) {
+        self.stats.entries_visited += 1;
+        #[cfg(feature = "stats")]
+        {
+            self.stats.visited_per_level[level] += 1;
+        }
+        #[cfg(not(feature = "stats"))]
+        let _ = level;
+    }
+
+    #[inline]
+    fn charge<B: ZapBudget>(&mut self, budget: &mut B, units: u64) {
+        self.stats.budget_units += units;
+        budget.charge(units);
+    }
+
+    /// Zaps `[addr, end)` inside table `t` of `level` (`end` no further than
+    /// the table's span); `live` is `t`'s count of present entries. Returns
+    /// the address reached: `end`, or less when the budget ran out.
+    #[allow(clippy::too_many_arguments)]
+    fn zap_table<B: ZapBudget, T: TlbFlush, const N: usize>(
+        &mut self,
+        level: usize,
+        t: TableRef,
+        mut addr: u64,
+        end: u64,
+        live: &mut u64,
+        budget: &mut B,
+        g: &mut Gather<T, N>,
+    ) -> Result<u64, WalkError> {
+        let last = L::LEVELS - 1;
+        let span = L::entry_span(level);
+        while addr < end {
+            let next = Self::next_boundary(addr, level, end);
+            let idx = L::index(VirtAddr::new(addr), level);
+            let e = L::Entry::from_raw(t.load(idx));
+            self.visit(level);
+            let reached = match e.kind(level) {
+                EntryKind::None => {
+                    let c = budget.empty_cost();
+                    self.charge(budget, c);
+                    next
+                }
+                EntryKind::Leaf if level == last || (addr % span == 0 && next - addr == span) => {
+                    self.clear_leaf(t, idx, level, addr, live, g);
+                    let c = budget.page_cost();
+                    self.charge(budget, c);
+                    next
+                }
+                EntryKind::Leaf => {
+                    // The range covers part of a large leaf: split it into a
+                    // table of next-level leaves, then zap inside that.
+                    let child = self.split_leaf(t, idx, level, e, addr, g)?;
+                    self.descend(t, idx, level, child, addr, next, live, budget, g)?
+                }
+                EntryKind::Table if level < last => {
+                    self.descend(t, idx, level, e.addr(), addr, next, live, budget, g)?
+                }
+                EntryKind::Table => {
+                    return Err(WalkError::Corrupt {
+                        addr: VirtAddr::new(addr),
+                    });
+                }
+            };
+            addr = reached;
+            if addr < next {
+                return Ok(addr); // the budget ran out below
+            }
+            if *live == 0 {
+                return Ok(end); // nothing left in this table
+            }
+            if budget.exhausted() {
+                return Ok(addr);
+            }
+        }
+        Ok(addr)
+    }
+
+    /// Zaps `[addr, next)` in the child table behind entry `idx` of `t`, then
+    /// unlinks and queues the child if it became empty.
+    #[allow(clippy::too_many_arguments)]
+    fn descend<B: ZapBudget, T: TlbFlush, const N: usize>(
+        &mut self,
+        t: TableRef,
+        idx: usize,
+        level: usize,
+        child_pa: PhysAddr,
+        addr: u64,
+        next: u64,
+        live: &mut u64,
+        budget: &mut B,
+        g: &mut Gather<T, N>,
+    ) -> Result<u64, WalkError> {
+        let child = self.table(child_pa, level + 1);
+        let mut child_live = t.live(idx);
+        let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
+        t.set_live(idx, child_live);
+        let reached = r?;
+        if child_live == 0 && self.free_empty_tables {
+            #[cfg(feature = "debug")]
+            if !child.all_zero() {
+                return Err(WalkError::Corrupt {
+                    addr: VirtAddr::new(addr),
+                });
+            }
+            // Unlink first; the MMU may still hold a walk through the page
+            // (paging-structure caches), so it is freed only after the flush
+            // of its whole span.
+            t.swap(idx, L::Entry::EMPTY.raw());
+            *live -= 1;
+            let span = L::entry_span(level);
+            let block = addr & !(span - 1);
+            g.note_range(block, block + (span - 1));
+            let size = self.alloc_bytes(level + 1);
+            self.gather_push(
+                g,
+                Freed {
+                    addr: child_pa,
+                    size,
+                    kind: FreedKind::Table((level + 1) as u8),
+                },
+            );
+        }
+        Ok(reached)
+    }
+
+    /// Clears the leaf at `idx` and queues its frame.
+    #[inline]
+    fn clear_leaf<T: TlbFlush, const N: usize>(
+        &mut self,
+        t: TableRef,
+        idx: usize,
+        level: usize,
+        addr: u64,
+        live: &mut u64,
+        g: &mut Gather<T, N>,
+    ) {
+        // The swap returns the entry as the MMU left it (A/D bits included).
+        let old = L::Entry::from_raw(t.swap(idx, L::Entry::EMPTY.raw()));
+        *live -= 1;
+        self.stats.leaves_cleared += 1;
+        let span = L::entry_span(level);
+        let block = addr & !(span - 1);
+        g.note_range(block, block + (span - 1));
+        if !old.map_flags().contains(MapFlags::DEVICE) {
+            self.gather_push(
+                g,
+                Freed {
+                    addr: old.addr(),
+                    size: span,
+                    kind: FreedKind::Frame,
+                },
+            );
+        }
+    }
+
+    /// Replaces the large leaf `e` at `idx` of `t` by a table of next-level
+    /// leaves mapping the same frames. Break-before-make: the leaf is cleared
+    /// and its range flushed before the table is linked, as arm64 requires
+    /// when the size of a live translation changes.
+    fn split_leaf<T: TlbFlush, const N: usize>(
+        &mut self,
+        t: TableRef,
+        idx: usize,
+        level: usize,
+        e: L::Entry,
+        addr: u64,
+        g: &mut Gather<T, N>,
+    ) -> Result<PhysAddr, WalkError> {
+        let span = L::entry_span(level);
+        let block = addr & !(span - 1);
+        let cl = level + 1;
+        if !L::leaf_allowed(cl) {
+            return Err(WalkError::CannotSplit {
+                addr: VirtAddr::new(block),
+            });
+        }
+        let child_pa = self
+            .alloc_table(cl)
+            .map_err(|error| WalkError::SplitFailed {
+                addr: VirtAddr::new(addr),
+                error,
+            })?;
+        let child = self.table(child_pa, cl);
+        let cspan = L::entry_span(cl);
+        let flags = e.map_flags();
+        let base = e.addr().as_u64();
+        let n = L::entries(cl) as u64;
+        for i in 0..n {
+            let leaf = L::Entry::new_leaf(PhysAddr::new(base + i * cspan), flags, cl);
+            child.store(L::index(VirtAddr::new(block + i * cspan), cl), leaf.raw());
+        }
+        t.swap(idx, L::Entry::EMPTY.raw());
+        g.flush_now(block, block + (span - 1), L::PAGE_SIZE);
+        t.store(idx, L::Entry::new_table(child_pa).raw());
+        t.set_live(idx, n);
+        self.stats.splits += 1;
+        Ok(child_pa)
+    }
+
+    /// Queues a record, finishing the batch first when the buffer is full
+    /// (Linux's `tlb_flush_mmu` when a batch page fills).
+    #[inline]
+    fn gather_push<T: TlbFlush, const N: usize>(&mut self, g: &mut Gather<T, N>, f: Freed) {
+        if let Err(f) = g.push(f) {
+            self.finish_gather(g);
+            // Cannot fail: the batch is empty and holds at least one record.
+            let _ = g.push(f);
+        }
+    }
+
+    /// Ends a batch: one flush of the range touched, then the frees. A free
+    /// the source refuses is remembered and reported by `zap_range`.
+    pub(crate) fn finish_gather<T: TlbFlush, const N: usize>(&mut self, g: &mut Gather<T, N>) {
+        if g.is_empty() {
+            return;
+        }
+        g.flush(L::PAGE_SIZE);
+        for f in g.batch.drain(..) {
+            let r = match f.kind {
+                FreedKind::Frame => {
+                    g.stats.frames_freed += 1;
+                    g.stats.frame_bytes_freed += f.size;
+                    self.mem.free(f.addr, f.size)
+                }
+                FreedKind::Table(level) => {
+                    g.stats.tables_freed += 1;
+                    self.release_table(f.addr, level as usize)
+                }
+            };
+            if let Err(error) = r {
+                self.free_error.get_or_insert(WalkError::FreeFailed {
+                    frame: f.addr,
+                    error,
+                });
+            }
+        }
+        g.stats.batches += 1;
+    }
+}

@@ -26,7 +26,7 @@ use crate::error::VmallocError;
 use crate::lazy::{LazyAccount, LazyRange};
 use crate::mapper::{Mapper, is_shortage, pages_for};
 use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy};
-use crate::vmap_block::{Unmapped, VMAP_BBMAP_BITS, VMAP_MAX_ALLOC, VmapBlocks};
+use crate::vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC, VmapBlocks};
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
@@ -465,34 +465,15 @@ where
         if count > VMAP_MAX_ALLOC {
             return self.vunmap(addr);
         }
-        let ps = L::PAGE_SIZE;
-        let not_found = VmallocError::NotFound {
-            addr: addr.as_u64(),
-        };
-        if count == 0 || !addr.is_aligned(ps) {
-            return Err(not_found);
+        let (r, retire) = self
+            .blocks
+            .unmap_ram(addr, count, L::PAGE_SIZE, |start, end| {
+                self.map.unmap_noflush(start, end, true)
+            });
+        if let Some(block) = retire {
+            self.retire_block(block);
         }
-        let bstart = addr.as_u64() & !(VMAP_BBMAP_BITS * ps - 1);
-        let i = (addr.as_u64() - bstart) / ps;
-        for m in &self.blocks.cpus {
-            let mut cb = m.lock();
-            if !cb.owns(bstart) {
-                continue;
-            }
-            if !cb.is_mapped(bstart, i, count) {
-                return Err(not_found);
-            }
-            let r = self
-                .map
-                .unmap_noflush(addr, VirtAddr::new(addr.as_u64() + count * ps), true);
-            let retire = matches!(cb.unmap(bstart, i, count), Unmapped::Retire);
-            drop(cb);
-            if retire {
-                self.retire_block(bstart);
-            }
-            return r;
-        }
-        Err(not_found)
+        r
     }
 
     /// A block with every page dirty goes on the lazy list as a whole.

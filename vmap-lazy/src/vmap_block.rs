@@ -14,8 +14,10 @@
 //! mapped is retired: it goes on the lazy list as a whole and the next purge
 //! flushes and releases it.
 
+use crate::error::VmallocError;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use arch_api::VirtAddr;
 use arch_api::sync::{Mutex, RawMutex};
 
 /// Pages per block (Linux's `VMAP_BBMAP_BITS`).
@@ -246,6 +248,43 @@ impl<R: RawMutex> VmapBlocks<R> {
                 .map(|_| Mutex::new(CpuBlocks::default()))
                 .collect(),
         }
+    }
+
+    /// The block half of `vm_unmap_ram`, shared by both fronts: finds the CPU
+    /// block holding `count` mapped pages at `addr`, clears their entries with
+    /// `unmap(start, end)` under that block's lock, and marks them dirty.
+    /// Returns the unmap result and, when every page of the block is now
+    /// dirty, the block's start, for the caller to retire onto the lazy list
+    /// once the block lock is dropped. Anything but a live block mapping is
+    /// `NotFound`, nothing changed.
+    pub(crate) fn unmap_ram(
+        &self,
+        addr: VirtAddr,
+        count: u64,
+        page_size: u64,
+        unmap: impl FnOnce(VirtAddr, VirtAddr) -> Result<(), VmallocError>,
+    ) -> (Result<(), VmallocError>, Option<u64>) {
+        let not_found = VmallocError::NotFound {
+            addr: addr.as_u64(),
+        };
+        if count == 0 || !addr.is_aligned(page_size) {
+            return (Err(not_found), None);
+        }
+        let bstart = addr.as_u64() & !(VMAP_BBMAP_BITS * page_size - 1);
+        let i = (addr.as_u64() - bstart) / page_size;
+        for m in &self.cpus {
+            let mut cb = m.lock();
+            if !cb.owns(bstart) {
+                continue;
+            }
+            if !cb.is_mapped(bstart, i, count) {
+                return (Err(not_found), None);
+            }
+            let r = unmap(addr, VirtAddr::new(addr.as_u64() + count * page_size));
+            let retire = matches!(cb.unmap(bstart, i, count), Unmapped::Retire);
+            return (r, retire.then_some(bstart));
+        }
+        (Err(not_found), None)
     }
 }
 

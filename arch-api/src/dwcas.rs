@@ -81,17 +81,20 @@ impl DwCell {
     }
 
     /// Single-word atomic load of `lo`.
+    #[inline]
     pub fn load_lo(&self, order: Ordering) -> u64 {
         self.words[0].load(order)
     }
 
     /// Single-word atomic load of `hi`.
+    #[inline]
     pub fn load_hi(&self, order: Ordering) -> u64 {
         self.words[1].load(order)
     }
 
     /// Both halves, `hi` first then `lo` (acquire). Not a snapshot: another CPU
     /// may update the pair between the two loads; validate with a CAS.
+    #[inline]
     pub fn load(&self) -> DoubleWord {
         let hi = self.load_hi(Ordering::Acquire);
         let lo = self.load_lo(Ordering::Acquire);
@@ -115,6 +118,7 @@ impl DwCell {
     /// The address of the pair, for inline-asm backends. 16-byte aligned by the
     /// type's `repr(align(16))`.
     #[cfg(not(loom))]
+    #[inline]
     pub fn as_ptr(&self) -> *mut u64 {
         self.words.as_ptr() as *mut u64
     }

@@ -289,6 +289,8 @@ pub fn slab_test(common: &Common, a: &SlabTestArgs) -> i32 {
     })
 }
 
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
 fn fastpath_reuse(b: &dyn Bench, l: Layout, loops: usize) -> f64 {
     let t = Instant::now();
     for _ in 0..loops {
@@ -299,6 +301,8 @@ fn fastpath_reuse(b: &dyn Bench, l: Layout, loops: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / loops as f64
 }
 
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
 fn n_pattern(b: &dyn Bench, l: Layout, n: usize, loops: usize) -> f64 {
     let mut ptrs = vec![std::ptr::null_mut(); n];
     let rounds = (loops / n).max(1);

@@ -206,10 +206,23 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             return Err(CacheError::BadAlign);
         }
         let align = align.max(8);
+        // Normalised once: the sheaves fast path compares against it.
+        let config = CacheConfig {
+            sheaf_capacity: config.sheaf_capacity.max(1),
+            ..config
+        };
         let (slot, fp_off) = crate::hardening::layout(size, align);
-        let geo = Geometry::new(size, slot, fp_off, align, page, config.max_objects.max(1))
-            .ok_or(CacheError::BadSize)?;
         let nr_cpus = cpus.nr_cpus().max(1);
+        let geo = Geometry::new(
+            size,
+            slot,
+            fp_off,
+            align,
+            page,
+            config.max_objects.max(1),
+            crate::slab::min_objects(nr_cpus),
+        )
+        .ok_or(CacheError::BadSize)?;
         let cpu_bytes = (nr_cpus * core::mem::size_of::<CpuSlab>()).next_multiple_of(page);
         let cpu_mem = pages
             .alloc_pages(cpu_bytes, page)
@@ -325,7 +338,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
 
     /// `kmem_cache_alloc`: one object, or an error (out of memory, a detected
     /// freelist corruption, a destroyed cache). Never panics.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
         if self.destroyed.load(Ordering::Relaxed) {
             return Err(AllocError::Destroyed);
@@ -351,7 +364,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// aligned block containing it may be read to check ownership (with
     /// `debug`, and a page source that answers [`PageSource::owns`], foreign
     /// pointers are refused before any read).
-    #[inline]
+    #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         let p = ptr.as_ptr() as usize;
         let base = self.geo.base_of(p);

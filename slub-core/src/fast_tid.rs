@@ -129,6 +129,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 stat!(self, cpu, CmpxchgDoubleCpuFail);
             }
         }
+        self.alloc_tid_slow()
+    }
+
+    // Out of line: keeps the inlined fast path short.
+    #[inline(never)]
+    fn alloc_tid_slow(&self) -> Result<usize, AllocError> {
         let (_g, cpu) = self.cpus.pin();
         self.alloc_pinned(cpu)
     }
@@ -279,6 +285,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 stat!(self, cpu, CmpxchgDoubleCpuFail);
             }
         }
+        self.free_tid_slow(p)
+    }
+
+    #[inline(never)]
+    fn free_tid_slow(&self, p: usize) -> Result<(), FreeError> {
         let (_g, cpu) = self.cpus.pin();
         self.free_pinned(cpu, p)
     }

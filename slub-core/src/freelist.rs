@@ -89,7 +89,8 @@ impl Codec {
 /// freelist value: an object of that slab or its end token.
 #[inline(always)]
 pub(crate) fn valid_next(geo: &Geometry, base: usize, next: u64) -> bool {
-    next == end_token(base) || geo.is_object(base, next as usize)
+    // The object test first: most next pointers are objects.
+    geo.is_object(base, next as usize) || next == end_token(base)
 }
 
 /// Walks a freelist chain starting at object `head` to its end token;

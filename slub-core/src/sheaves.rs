@@ -11,7 +11,6 @@
 use crate::cache::KmemCache;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
-use crate::fast_tid::CpuSlab;
 use crate::page_source::PageSource;
 use crate::slab::Slab;
 use crate::stat;
@@ -129,11 +128,13 @@ unsafe fn push(list: &mut *mut Sheaf, s: *mut Sheaf) {
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     fn sheaf_bytes(&self) -> usize {
-        (core::mem::size_of::<Sheaf>() + self.config.sheaf_capacity.max(1) * 8).next_multiple_of(64)
+        (core::mem::size_of::<Sheaf>() + self.cap() * 8).next_multiple_of(64)
     }
 
+    /// Sheaf capacity (at least 1: normalised in `with_config`).
+    #[inline(always)]
     fn cap(&self) -> usize {
-        self.config.sheaf_capacity.max(1)
+        self.config.sheaf_capacity
     }
 
     /// An empty sheaf: from the barn's empty list, the chunk pool, or a new
@@ -251,7 +252,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `slab_alloc` for the sheaves front.
     #[inline(always)]
     pub(crate) fn alloc_sheaves(&self) -> Result<usize, AllocError> {
-        let (_g, cpu) = self.cpus.pin();
+        let (g, cpu) = self.cpus.pin();
         let c = self.cpu_slab(cpu);
         // SAFETY: the guard makes the CPU's sheaves ours; a non-null main is
         // a live sheaf whose first `size` slots hold objects.
@@ -264,11 +265,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 return Ok(*Sheaf::slot(main, n));
             }
         }
-        self.alloc_sheaves_slow(cpu, c)
+        self.alloc_sheaves_slow(g, cpu)
     }
 
+    /// Takes the guard so that the fast path's call is a tail call (nothing
+    /// left to drop after it).
     #[inline(never)]
-    fn alloc_sheaves_slow(&self, cpu: usize, c: &CpuSlab) -> Result<usize, AllocError> {
+    fn alloc_sheaves_slow(&self, _g: C::Guard<'_>, cpu: usize) -> Result<usize, AllocError> {
+        let c = self.cpu_slab(cpu);
         stat!(self, cpu, AllocSlowpath);
         // SAFETY: under the guard of `cpu`, the main and spare sheaves are
         // ours; sheaves returned by the barn are ours.
@@ -312,7 +316,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `slab_free` for the sheaves front.
     #[inline(always)]
     pub(crate) fn free_sheaves(&self, p: usize) -> Result<(), FreeError> {
-        let (_g, cpu) = self.cpus.pin();
+        let (g, cpu) = self.cpus.pin();
         let c = self.cpu_slab(cpu);
         // SAFETY: as in `alloc_sheaves`.
         unsafe {
@@ -325,11 +329,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 return Ok(());
             }
         }
-        self.free_sheaves_slow(cpu, c, p)
+        self.free_sheaves_slow(g, cpu, p)
     }
 
+    /// Takes the guard, as `alloc_sheaves_slow`.
     #[inline(never)]
-    fn free_sheaves_slow(&self, cpu: usize, c: &CpuSlab, p: usize) -> Result<(), FreeError> {
+    fn free_sheaves_slow(&self, _g: C::Guard<'_>, cpu: usize, p: usize) -> Result<(), FreeError> {
+        let c = self.cpu_slab(cpu);
         stat!(self, cpu, FreeSlowpath);
         // SAFETY: as in `alloc_sheaves_slow`.
         unsafe {

@@ -23,6 +23,17 @@ pub(crate) const SLAB_MAGIC: u64 = 0x51ab_c0de_5eed_f00d;
 /// Largest slab order tried (64 pages of 4 KiB = 256 KiB).
 pub(crate) const MAX_ORDER: u32 = 6;
 
+/// Largest order used just to reach `min_objects` (Linux's `slub_max_order`
+/// default, `PAGE_ALLOC_COSTLY_ORDER`).
+pub(crate) const COSTLY_ORDER: u32 = 3;
+
+/// Linux's `slub_min_objects` default, `4 * (fls(nr_cpu_ids) + 1)`: more
+/// CPUs, bigger slabs, so that fast paths run longer between slab switches
+/// and frees of a burst land in fewer slabs.
+pub(crate) fn min_objects(nr_cpus: usize) -> usize {
+    4 * ((usize::BITS - nr_cpus.leading_zeros()) as usize + 1)
+}
+
 /// The header at the base of every slab.
 #[repr(C, align(64))]
 pub(crate) struct Slab {
@@ -91,18 +102,21 @@ pub(crate) struct Geometry {
     /// Offset of the freelist pointer inside a free object.
     #[cfg_attr(not(feature = "debug"), allow(dead_code))]
     pub(crate) fp_off: usize,
-    /// `slot = 2^shift * odd`; `inv` is `odd`'s inverse mod 2^64 and `lim`
-    /// is `u64::MAX / odd`: `off` is a multiple of `slot` iff its low `shift`
-    /// bits are 0 and `(off >> shift) * inv <= lim` (one multiply, no divide).
+    /// `slot = 2^shift * odd` and `inv` is `odd`'s inverse mod 2^64. Then
+    /// `(off * inv).rotate_right(shift)` is `off / slot` when `slot` divides
+    /// `off`, and above `u64::MAX / slot` (so at least `objects`) when it
+    /// does not (Granlund–Montgomery): one multiply and one rotate decide
+    /// "an object boundary inside the slab", no divide.
     shift: u32,
     inv: u64,
-    lim: u64,
 }
 
 impl Geometry {
-    /// Lays out a cache: the smallest slab order (from one page up to
-    /// `MAX_ORDER`) wasting at most 1/8 of the slab, with at least 4 objects
-    /// when that is possible, capped at `max_objects`.
+    /// Lays out a cache (`calculate_order`): the smallest slab order up to
+    /// `COSTLY_ORDER` wasting at most 1/8 of the slab with at least
+    /// `min_objects` objects; failing that, the smallest order up to
+    /// `MAX_ORDER` wasting at most 1/8 with at least 4 objects when that is
+    /// possible. Objects are capped at `max_objects`.
     pub(crate) fn new(
         size: usize,
         slot: usize,
@@ -110,23 +124,34 @@ impl Geometry {
         align: usize,
         page: usize,
         max_objects: usize,
+        min_objects: usize,
     ) -> Option<Self> {
         let header = core::mem::size_of::<Slab>();
         let first = header.next_multiple_of(align);
-        let mut best = None;
-        for order in 0..=MAX_ORDER {
+        let fit = |order: u32| {
             let bytes = page << order;
             if first >= bytes {
-                continue;
+                return None;
             }
             let objects = ((bytes - first) / slot).min(max_objects).min(0xffff);
-            if objects == 0 {
-                continue;
-            }
-            let waste = bytes - objects * slot;
-            best = Some((bytes, objects));
-            if (waste * 8 <= bytes && objects >= 4) || objects == max_objects {
-                break;
+            (objects > 0).then(|| (bytes, objects, bytes - objects * slot))
+        };
+        let want = min_objects.clamp(4, max_objects.max(4));
+        let mut best = (0..=COSTLY_ORDER)
+            .filter_map(fit)
+            .find(|&(bytes, objects, waste)| {
+                waste * 8 <= bytes && (objects >= want || objects == max_objects)
+            })
+            .map(|(bytes, objects, _)| (bytes, objects));
+        if best.is_none() {
+            for order in 0..=MAX_ORDER {
+                let Some((bytes, objects, waste)) = fit(order) else {
+                    continue;
+                };
+                best = Some((bytes, objects));
+                if (waste * 8 <= bytes && objects >= 4) || objects == max_objects {
+                    break;
+                }
             }
         }
         let (slab_bytes, objects) = best?;
@@ -147,7 +172,6 @@ impl Geometry {
             fp_off,
             shift,
             inv,
-            lim: u64::MAX / odd,
         })
     }
 
@@ -167,10 +191,10 @@ impl Geometry {
     /// Whether `p` is an object boundary of the slab at `base`.
     #[inline(always)]
     pub(crate) fn is_object(&self, base: usize, p: usize) -> bool {
-        let off = p.wrapping_sub(base + self.first);
-        off < self.span
-            && off & ((1 << self.shift) - 1) == 0
-            && ((off >> self.shift) as u64).wrapping_mul(self.inv) <= self.lim
+        let off = p.wrapping_sub(base + self.first) as u64;
+        // An offset below the first object wraps to a huge value: never a
+        // quotient below `objects`.
+        off.wrapping_mul(self.inv).rotate_right(self.shift) < self.objects as u64
     }
 
     /// Address of object `i` of the slab at `base`.
@@ -186,8 +210,8 @@ mod tests {
 
     #[test]
     fn object_boundaries_without_a_divide() {
-        for slot in [8usize, 24, 40, 64, 96, 192, 520, 4096, 16384] {
-            let g = Geometry::new(slot, slot, 0, 8, 4096, usize::MAX).unwrap();
+        for slot in [8usize, 24, 40, 64, 96, 192, 520, 1000, 3000, 4096, 16384] {
+            let g = Geometry::new(slot, slot, 0, 8, 4096, usize::MAX, 4).unwrap();
             let base = 0x10_0000usize.next_multiple_of(g.slab_bytes);
             for off in 0..g.span.min(5000) {
                 let p = base + g.first + off;
@@ -197,6 +221,22 @@ mod tests {
                     "slot {slot} off {off}"
                 );
             }
+            // The last objects and everything past them.
+            for off in g.span.saturating_sub(3 * slot)..g.span + 3 * slot {
+                let p = base + g.first + off;
+                assert_eq!(
+                    g.is_object(base, p),
+                    off < g.span && off % slot == 0,
+                    "slot {slot} off {off}"
+                );
+            }
+            // Below the first object (the header), wrapping offsets.
+            for back in 1..=g.first.min(200) {
+                assert!(!g.is_object(base, base + g.first - back), "slot {slot}");
+            }
+            for p in [0, 1, usize::MAX, usize::MAX - slot + 1, base.wrapping_neg()] {
+                assert!(!g.is_object(base, p), "slot {slot} p {p:#x}");
+            }
             assert!(!g.is_object(base, base + g.first + g.span));
             assert!(!g.is_object(base, base));
             assert!(g.objects >= 1 && g.first + g.span <= g.slab_bytes);
@@ -205,13 +245,29 @@ mod tests {
 
     #[test]
     fn big_objects_get_bigger_slabs_with_bounded_waste() {
-        let g = Geometry::new(16384, 16384, 0, 16384, 4096, usize::MAX).unwrap();
+        let g = Geometry::new(16384, 16384, 0, 16384, 4096, usize::MAX, 36).unwrap();
         assert_eq!(g.slab_bytes, 128 << 10);
         assert_eq!(g.objects, 7);
-        let g = Geometry::new(8, 8, 0, 8, 4096, usize::MAX).unwrap();
+        let g = Geometry::new(8, 8, 0, 8, 4096, usize::MAX, 36).unwrap();
         assert_eq!(g.slab_bytes, 4096);
-        let g = Geometry::new(64, 64, 0, 8, 4096, 3).unwrap();
+        let g = Geometry::new(64, 64, 0, 8, 4096, 3, 36).unwrap();
         assert_eq!(g.objects, 3, "capped for tiny test slabs");
+    }
+
+    #[test]
+    fn min_objects_grow_slabs_up_to_the_costly_order() {
+        assert_eq!(min_objects(2), 12);
+        assert_eq!(min_objects(128), 36);
+        // 256-byte objects, 128 CPUs: 8 KiB holds 31, 16 KiB holds 63.
+        let g = Geometry::new(256, 256, 0, 256, 4096, usize::MAX, 36).unwrap();
+        assert_eq!((g.slab_bytes, g.objects), (16 << 10, 63));
+        // Few CPUs: one page is enough.
+        let g = Geometry::new(256, 256, 0, 256, 4096, usize::MAX, 12).unwrap();
+        assert_eq!((g.slab_bytes, g.objects), (4096, 15));
+        // 36 objects of 2 KiB need more than the costly order: fall back to
+        // the smallest order with little waste.
+        let g = Geometry::new(2048, 2048, 0, 2048, 4096, usize::MAX, 36).unwrap();
+        assert_eq!((g.slab_bytes, g.objects), (16 << 10, 7));
     }
 
     #[test]

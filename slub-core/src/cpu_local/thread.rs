@@ -99,11 +99,20 @@ impl ThreadCpus {
 pub struct BorrowedSlot(Option<usize>);
 
 impl Drop for BorrowedSlot {
+    // Inlined so that the common guard (a thread with its own slot, `None`)
+    // costs nothing on the sheaves fast path.
+    #[inline(always)]
     fn drop(&mut self) {
         if let Some(id) = self.0 {
-            release(id);
+            release_cold(id);
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn release_cold(id: usize) {
+    release(id);
 }
 
 // SAFETY: slots are exclusive (a pool bit is owned by one thread, or by one
@@ -128,10 +137,22 @@ unsafe impl CpuLocal for ThreadCpus {
         }
     }
 
+    #[inline(always)]
     fn pin(&self) -> (BorrowedSlot, usize) {
+        // A thread with a slot of its own is pinned by construction (the
+        // slot is exclusive): the guard is empty and the fast path pays one
+        // thread-local load, no atomic.
         if let Some(id) = self.current_cpu() {
             return (BorrowedSlot(None), id);
         }
+        Self::borrow_slot()
+    }
+}
+
+impl ThreadCpus {
+    #[cold]
+    #[inline(never)]
+    fn borrow_slot() -> (BorrowedSlot, usize) {
         loop {
             if let Some(id) = try_acquire() {
                 return (BorrowedSlot(Some(id)), id);

@@ -9,7 +9,7 @@
 use crate::arch::{Arch, with_layout};
 use crate::cli::Common;
 use crate::zap_common::{parse_size, range_start};
-use arch_api::{FrameSource, PageTableLayout, PhysArena, SoftTlb, VirtAddr};
+use arch_api::{FrameSource, PageTableLayout, PhysArena, SoftTlb, TlbStats, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::time::Instant;
@@ -54,6 +54,26 @@ pub struct MunmapArgs {
     /// instead of spreading them.
     #[arg(long)]
     pub packed: bool,
+    /// Zeroed table pages the walker keeps per level for the next map
+    /// (Linux's old page-table quicklists); 0 returns every freed table to
+    /// the frame source, and each map allocates and zeroes them again.
+    #[arg(long, default_value_t = 16)]
+    pub table_stock: u64,
+    /// Which remote CPUs a flush interrupts: `all` (global kernel
+    /// mappings, every other CPU) or `mm` (a user mm's cpumask: only CPUs
+    /// that may hold a translation of the range; the workload touches
+    /// nothing, so none).
+    #[arg(long, value_enum, default_value = "all")]
+    pub tlb_cpumask: CpuMask,
+}
+
+/// `--tlb-cpumask`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CpuMask {
+    /// Every other CPU gets a shootdown IPI.
+    All,
+    /// Only CPUs that may hold a translation of the range.
+    Mm,
 }
 
 /// An on/off flag value.
@@ -70,9 +90,11 @@ struct Outcome {
     unmap_ns: u64,
     stats: WalkStats,
     leaked_tables: u64,
-    tlb_cost_ns: u64,
+    tlb: TlbStats,
     flushes: u64,
     pagetable_bytes_peak: u64,
+    tables_from_stock: u64,
+    tables_allocated: u64,
 }
 
 fn run_on<L: PageTableLayout>(a: &MunmapArgs, common: &Common) -> Result<Outcome, String> {
@@ -88,9 +110,12 @@ fn run_on<L: PageTableLayout>(a: &MunmapArgs, common: &Common) -> Result<Outcome
     let touch = a.touch_pages.min(size / ps);
     let arena = PhysArena::new((touch * ps + (64 << 20)).max(256 << 20), 4096)
         .map_err(|e| e.to_string())?;
-    let tlb = SoftTlb::new(common.cpus as usize, ps, common.cost_model());
+    let tlb = SoftTlb::new(common.cpus as usize, ps, common.cost_model())
+        .with_cpumask_shootdown(a.tlb_cpumask == CpuMask::Mm);
     let mut gather: Gather<_> = Gather::new(tlb.on(0));
     let mut w = Walker::<L, _>::new(&arena).map_err(|e| e.to_string())?;
+    w.set_table_stock(a.table_stock)
+        .map_err(|e| e.to_string())?;
     let preempt = a.preempt == OnOff::On;
     let pages: Vec<u64> = (0..touch)
         .map(|i| {
@@ -147,14 +172,35 @@ fn run_on<L: PageTableLayout>(a: &MunmapArgs, common: &Common) -> Result<Outcome
         total.leaves_cleared += r.leaves_cleared;
     }
     let wall_ns = t0.elapsed().as_nanos() as u64;
+    let ws = w.stats();
+    // Every frame is back and the arena holds exactly the page-table memory
+    // the walker accounts for (stock included), then, once the stock is
+    // drained, the root(s) alone.
+    let check = |w: &Walker<'_, L, PhysArena>| {
+        if arena.bytes_in_use() == w.pagetable_bytes() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the arena holds {} bytes, the walker accounts for {}",
+                arena.bytes_in_use(),
+                w.pagetable_bytes()
+            ))
+        }
+    };
+    check(&w)?;
+    w.drain_table_stock().map_err(|e| e.to_string())?;
+    check(&w)?;
+    let leaked = w.tables_below_root();
     Ok(Outcome {
         wall_ns,
         unmap_ns,
         stats: total,
-        leaked_tables: w.tables_below_root(),
-        tlb_cost_ns: tlb.stats().cost_ns,
+        leaked_tables: leaked,
+        tlb: tlb.stats(),
         flushes: gather.stats().flushes,
         pagetable_bytes_peak: peak,
+        tables_from_stock: ws.tables_from_stock,
+        tables_allocated: ws.tables_allocated,
     })
 }
 
@@ -211,8 +257,16 @@ pub fn run(common: &Common, a: &MunmapArgs) -> i32 {
                 "leaves_cleared": s.leaves_cleared,
                 "tables_freed": s.tables_freed,
                 "pagetable_bytes_peak": out.pagetable_bytes_peak,
+                "map_ns": out.wall_ns - out.unmap_ns,
                 "tlb_flush_events": out.flushes,
-                "tlb_cost_ns": out.tlb_cost_ns,
+                "tlb_full_flushes": out.tlb.full_flushes,
+                "tlb_pages_flushed": out.tlb.pages_flushed,
+                "ipis": out.tlb.ipis,
+                "tlb_cost_ns": out.tlb.cost_ns,
+                "tlb_cpumask": match a.tlb_cpumask { CpuMask::All => "all", CpuMask::Mm => "mm" },
+                "table_stock": a.table_stock,
+                "tables_allocated": out.tables_allocated,
+                "tables_from_stock": out.tables_from_stock,
                 "leaked_tables": out.leaked_tables,
             })
         );
@@ -223,7 +277,15 @@ pub fn run(common: &Common, a: &MunmapArgs) -> i32 {
         );
         println!(
             "  wall            {:>16} ns (unmap {} ns, modelled TLB cost {} ns)",
-            out.wall_ns, out.unmap_ns, out.tlb_cost_ns
+            out.wall_ns, out.unmap_ns, out.tlb.cost_ns
+        );
+        println!(
+            "  TLB             {:>16} flushes ({} full, {} pages, {} IPIs)",
+            out.flushes, out.tlb.full_flushes, out.tlb.pages_flushed, out.tlb.ipis
+        );
+        println!(
+            "  tables          {:>16} allocated ({} from the stock of {} per level)",
+            out.tables_allocated, out.tables_from_stock, a.table_stock
         );
         println!("  entries visited {:>16}", s.entries_visited);
         println!(

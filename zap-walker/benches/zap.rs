@@ -1,7 +1,8 @@
 //! Criterion benches of the zap walker (side by side per group):
 //! * `untouched`: unmapping an untouched range (ia64-sim), `work` vs
 //!   `address` budget (16 GiB, so the pre-2005 policy finishes in ms);
-//! * `cycle_1t`: map 4 pages inside 1 TiB and unmap the whole 1 TiB;
+//! * `cycle_1t`: map 4 pages inside 1 TiB (packed or spread) and unmap the
+//!   whole 1 TiB, with the zeroed-table stock off and on;
 //! * `dense`: unmapping 16 MiB of present 4 KiB pages (x86_64), budgets.
 //!
 //! The TLB model charges nothing here (`CostModel::FREE`): these measure the
@@ -52,27 +53,41 @@ fn cycle_1t(c: &mut Criterion) {
     let arena = PhysArena::new(64 << 20, 4096).unwrap();
     let tlb = SoftTlb::new(8, Ia64::PAGE_SIZE, CostModel::FREE);
     let mut g: Gather<_> = Gather::new(tlb.on(0));
-    let mut w = Walker::<Ia64, _>::new(&arena).unwrap();
     let ps = Ia64::PAGE_SIZE;
     let start = (5u64 << 61) + Ia64::entry_span(1);
-    c.bench_function("cycle_map4_unmap_1t_ia64", |b| {
-        b.iter(|| {
-            let f = arena.alloc(4 * ps, ps).unwrap();
-            w.map_range(
-                VirtAddr::new(start),
-                Frames::Contiguous { start: f, pages: 4 },
-                MapFlags::WRITE,
-            )
-            .unwrap();
-            w.zap_range(
-                VirtAddr::new(start),
-                VirtAddr::new(start + (1 << 40)),
-                &mut WorkBudget::for_page_size(ps, true),
-                &mut g,
-            )
-            .unwrap()
-        })
-    });
+    let mut grp = c.benchmark_group("cycle_map4_unmap_1t_ia64");
+    // Packed (4 contiguous pages) and spread (one page in each of 4
+    // level-1 entries), with the zeroed-table stock off and on.
+    for (name, stock, stride) in [
+        ("packed_stock0", 0, ps),
+        ("packed_stock16", 16, ps),
+        ("spread_stock0", 0, 1u64 << 38),
+        ("spread_stock16", 16, 1u64 << 38),
+    ] {
+        let mut w = Walker::<Ia64, _>::new(&arena).unwrap();
+        w.set_table_stock(stock).unwrap();
+        grp.bench_function(name, |b| {
+            b.iter(|| {
+                for i in 0..4 {
+                    let f = arena.alloc(ps, ps).unwrap();
+                    w.map_range(
+                        VirtAddr::new(start + i * stride),
+                        Frames::Contiguous { start: f, pages: 1 },
+                        MapFlags::WRITE,
+                    )
+                    .unwrap();
+                }
+                w.zap_range(
+                    VirtAddr::new(start),
+                    VirtAddr::new(start + (1 << 40)),
+                    &mut WorkBudget::for_page_size(ps, true),
+                    &mut g,
+                )
+                .unwrap()
+            })
+        });
+    }
+    grp.finish();
 }
 
 fn dense(c: &mut Criterion) {

@@ -121,6 +121,25 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
         self.last = self.last.max(last);
     }
 
+    /// Records that a table translating `[first, last]` was unlinked, with
+    /// `at`, a page inside that span, as the fallback: the flush must
+    /// invalidate at least one address the table translated (that drops the
+    /// cached walks through it, see `flush`). If the range touched already
+    /// meets the span, its flush does so and nothing widens; otherwise the
+    /// page of the span nearest that range is added (or `at` if none).
+    pub(crate) fn note_table(&mut self, first: u64, last: u64, at: u64, page_size: u64) {
+        let page = if self.start == u64::MAX {
+            at
+        } else if self.start <= last && first <= self.last {
+            return;
+        } else if self.last < first {
+            first
+        } else {
+            last & !(page_size - 1)
+        };
+        self.note_range(page, page + (page_size - 1));
+    }
+
     /// Queues a record; gives it back when the batch is full.
     pub(crate) fn push(&mut self, f: Freed) -> Result<(), Freed> {
         if matches!(f.kind, FreedKind::Table(_)) {
@@ -130,8 +149,10 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
     }
 
     /// Flushes the range touched, once, if any. A table page freed in this
-    /// batch lies inside that range (its whole span was noted when it was
-    /// unlinked), so the same invalidation drops cached walks through it.
+    /// batch had one page of its span noted when it was unlinked (as Linux's
+    /// `pte_free_tlb`), so the same invalidation drops cached walks through
+    /// it: backends must invalidate non-leaf walk entries too (arm64 uses
+    /// `tlbi vae1is`, not `vale1is`; x86 `invlpg` always does).
     pub(crate) fn flush(&mut self, page_size: u64) {
         if self.start != u64::MAX {
             let end = self.last.saturating_add(1);

@@ -30,9 +30,11 @@ mod errors;
 mod gather;
 mod map;
 mod stats;
+mod stock;
 mod translate;
 mod walker;
 mod zap;
+mod zap_pte;
 
 pub use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 pub use budget::{

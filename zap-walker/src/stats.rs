@@ -21,10 +21,13 @@ pub struct WalkStats {
     pub leaves_cleared: u64,
     /// Leaves written by `map_range` (a large leaf counts once).
     pub leaves_mapped: u64,
-    /// Table pages allocated.
+    /// Table pages allocated (from the frame source or the stock).
     pub tables_allocated: u64,
-    /// Table pages freed (returned to the frame source).
+    /// Table pages freed (returned to the frame source or to the stock).
     pub tables_freed: u64,
+    /// Of the tables allocated, how many came from the zeroed-table stock
+    /// (`Walker::set_table_stock`) instead of the frame source.
+    pub tables_from_stock: u64,
     /// Large leaves split because a zap covered only part of them.
     pub splits: u64,
     /// Entries visited per level, root first (feature `stats`).
@@ -45,6 +48,7 @@ impl WalkStats {
             leaves_mapped: self.leaves_mapped - earlier.leaves_mapped,
             tables_allocated: self.tables_allocated - earlier.tables_allocated,
             tables_freed: self.tables_freed - earlier.tables_freed,
+            tables_from_stock: self.tables_from_stock - earlier.tables_from_stock,
             splits: self.splits - earlier.splits,
             #[cfg(feature = "stats")]
             visited_per_level: core::array::from_fn(|l| {

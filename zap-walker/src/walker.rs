@@ -41,6 +41,7 @@
 
 use crate::errors::WalkError;
 use crate::stats::WalkStats;
+use crate::stock::TableStock;
 use arch_api::{
     EntryKind, FrameError, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr,
     PhysMap, VirtAddr,
@@ -135,6 +136,8 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) stats: WalkStats,
     /// The first free the source refused during a zap, reported at its end.
     pub(crate) free_error: Option<WalkError>,
+    /// Zeroed table pages kept for reuse (`stock.rs`); off unless asked for.
+    pub(crate) stock: TableStock,
     _layout: PhantomData<fn() -> L>,
 }
 
@@ -173,6 +176,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             table_bytes_in_use: 0,
             stats: WalkStats::default(),
             free_error: None,
+            stock: TableStock::default(),
             _layout: PhantomData,
         };
         let want = if w.split_halves { 2 } else { 1 };
@@ -222,15 +226,16 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         self.free_empty_tables = on;
     }
 
-    /// Table pages allocated (roots included).
+    /// Table pages allocated and linked (roots included; stocked pages are
+    /// not in use, see [`stocked_tables`](Self::stocked_tables)).
     pub fn tables_in_use(&self) -> u64 {
         self.tables_in_use
     }
 
-    /// Bytes of page-table memory held, shadows included (story 4's
-    /// "page-table pages" figure).
+    /// Bytes of page-table memory held, shadows and the zeroed-table stock
+    /// included (story 4's "page-table pages" figure).
     pub fn pagetable_bytes(&self) -> u64 {
-        self.table_bytes_in_use
+        self.table_bytes_in_use + self.stock_bytes()
     }
 
     /// Table pages beyond the root(s): 0 once everything is unmapped with
@@ -288,25 +293,39 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
     }
 
-    /// A zeroed table page (with its shadow) for `level`.
+    /// A zeroed table page (with its shadow) for `level`: from the stock if
+    /// it has one, else from the frame source, zeroed here.
     pub(crate) fn alloc_table(&mut self, level: usize) -> Result<PhysAddr, FrameError> {
         let bytes = self.alloc_bytes(level);
-        let pa = self.mem.alloc(bytes, bytes)?;
-        let p = self.mem.phys_to_ptr(pa);
-        // SAFETY: the source just handed out `bytes` bytes at `pa`, reachable
-        // through `p`; nothing else uses them yet (the page is not linked), so
-        // a plain write is fine. Frames are not zeroed by the source.
-        unsafe { p.write_bytes(0, bytes as usize) };
+        let pa = match self.stock_take(level) {
+            Some(pa) => {
+                self.stats.tables_from_stock += 1;
+                pa
+            }
+            None => {
+                let pa = self.mem.alloc(bytes, bytes)?;
+                let p = self.mem.phys_to_ptr(pa);
+                // SAFETY: the source just handed out `bytes` bytes at `pa`,
+                // reachable through `p`; nothing else uses them yet (the page
+                // is not linked), so a plain write is fine. Frames are not
+                // zeroed by the source.
+                unsafe { p.write_bytes(0, bytes as usize) };
+                pa
+            }
+        };
         self.tables_in_use += 1;
         self.table_bytes_in_use += bytes;
         self.stats.tables_allocated += 1;
         Ok(pa)
     }
 
-    /// Returns an unlinked (and, after a zap, flushed) table page.
+    /// Returns an unlinked (and, after a zap, flushed) all-zero table page:
+    /// to the stock while it has room, else to the frame source.
     pub(crate) fn release_table(&mut self, pa: PhysAddr, level: usize) -> Result<(), FrameError> {
         let bytes = self.alloc_bytes(level);
-        self.mem.free(pa, bytes)?;
+        if let Err(pa) = self.stock_put(pa, level) {
+            self.mem.free(pa, bytes)?;
+        }
         self.tables_in_use -= 1;
         self.table_bytes_in_use -= bytes;
         self.stats.tables_freed += 1;
@@ -426,8 +445,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     // ---- teardown ----
 
     /// Frees every table below `table` and the frames its leaves map
-    /// (without any TLB flush: only for `Drop`). Errors are ignored: a drop
-    /// cannot report them, and a frame the source refuses is not ours.
+    /// (without any TLB flush: only for `Drop`, with the stock off). Errors
+    /// are ignored: a drop cannot report them, and a frame the source
+    /// refuses is not ours.
     fn free_subtree(&mut self, pa: PhysAddr, level: usize) {
         let t = self.table(pa, level);
         for i in 0..t.len {
@@ -452,6 +472,10 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Drop for Walker<'_, L, M> {
     fn drop(&mut self) {
+        // The teardown does not keep shadow counts zero and flushes nothing,
+        // so no table may enter the stock: they go straight back, and so
+        // does what the stock holds.
+        let _ = self.set_table_stock(0);
         for h in 0..self.n_roots {
             let root = self.roots[h];
             self.free_subtree(root, 0);

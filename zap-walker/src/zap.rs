@@ -126,6 +126,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         g: &mut Gather<T, N>,
     ) -> Result<u64, WalkError> {
         let last = L::LEVELS - 1;
+        if level == last && level > 0 {
+            return self.zap_pte_range(t, addr, end, live, budget, g);
+        }
         let span = L::entry_span(level);
         while addr < end {
             let next = Self::next_boundary(addr, level, end);
@@ -201,13 +204,21 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 });
             }
             // Unlink first; the MMU may still hold a walk through the page
-            // (paging-structure caches), so it is freed only after the flush
-            // of its whole span.
+            // (paging-structure caches), so it is freed only after the
+            // flush. One address of its span is enough to name it:
+            // invalidating any address the table translated drops the cached
+            // walks through it (x86 `invlpg` drops every paging-structure-
+            // cache entry of the PCID; arm64 `tlbi vae1is`, unlike the
+            // last-level `vale1is`, drops the walk entries of that address at
+            // every level). That is why Linux's `pte_free_tlb` notes one
+            // `PAGE_SIZE` rather than the span, and it keeps a sparse
+            // gather's range small: usually the leaves just cleared in the
+            // span already name it.
             t.swap(idx, L::Entry::EMPTY.raw());
             *live -= 1;
             let span = L::entry_span(level);
             let block = addr & !(span - 1);
-            g.note_range(block, block + (span - 1));
+            g.note_table(block, block + (span - 1), addr, L::PAGE_SIZE);
             let size = self.alloc_bytes(level + 1);
             self.gather_push(
                 g,

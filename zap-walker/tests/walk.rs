@@ -475,6 +475,39 @@ fn tiny_gather_flushes_before_each_free() {
     assert_eq!(w.tables_below_root(), 0);
 }
 
+/// Freeing the tables above a few cleared pages does not widen the flush:
+/// the 2005 cycle (a few pages inside a huge range) flushes those pages, not
+/// everything, and the pages' frames and the tables still come back after
+/// it.
+fn sparse_flush<L: PageTableLayout>() {
+    let ps = L::PAGE_SIZE;
+    let t = Tracked::new(ARENA, ps);
+    let mut g: Gather<_> = Gather::new(t.tlb.on(0));
+    let mut w = Walker::<L, _>::new(&t).unwrap();
+    let span1 = L::entry_span(1);
+    let frames = map_pages(&mut w, &t, span1, 4);
+    for p in 0..4 {
+        t.tlb.touch(1, va(span1 + p * ps));
+    }
+    let r = w
+        .zap_range(va(0), va(4 * span1), &mut Unbounded::new(ps), &mut g)
+        .unwrap();
+    assert!(r.tables_freed >= 1, "{}: tables freed", L::NAME);
+    assert_eq!(w.tables_below_root(), 0);
+    let s = t.tlb.stats();
+    assert_eq!(
+        (s.flush_events, s.full_flushes, s.pages_flushed),
+        (1, 0, 4),
+        "{}: one 4-page range flush",
+        L::NAME
+    );
+    for f in frames {
+        assert_eq!(t.freed(f), 1);
+    }
+    assert_eq!(t.violations.load(Ordering::Relaxed), 0);
+}
+on_every_layout!(freed_tables_do_not_widen_the_flush, sparse_flush);
+
 /// ia64-sim: the two sides of the region boundary are separate, and a range
 /// across it is rejected.
 #[test]

@@ -7,16 +7,23 @@
 //! [`SoftTlb::holder`] answers "may any CPU still hold a translation in
 //! `[a, b)`?" before a virtual range is handed out again.
 //!
+//! The translations are indexed by page, each page with the set of CPUs
+//! holding it (`held`), so that question costs one probe per 64 pages of
+//! the range whatever the number of CPUs: the stale-TLB checker asks it on every
+//! allocation, and a per-CPU ordered set made it most of the cost of a
+//! simulated `vmalloc`.
+//!
 //! Flushes are initiated from one CPU ([`SoftTlb::on`]) and, as for kernel
 //! (global) mappings on x86, reach every other CPU by a shootdown IPI; each
 //! event is counted and charged per the [`CostModel`].
 
+mod held;
+
 use crate::cost::{CostModel, busy_wait_ns};
 use crate::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush, VirtAddr};
-use std::collections::BTreeSet;
-use std::sync::Mutex;
+use held::{HeldPages, count_except};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::vec::Vec;
+use std::sync::{Mutex, MutexGuard};
 
 /// Counters of a [`SoftTlb`], as reported by the harness.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,15 +53,18 @@ struct Counters {
 pub struct SoftTlb {
     page_shift: u32,
     ceiling: u64,
+    /// IPIs only to remote CPUs that may hold a translation of the range.
+    cpumask: bool,
     cost: CostModel,
-    cpus: Vec<Mutex<BTreeSet<u64>>>,
+    cpus: usize,
+    held: Mutex<HeldPages>,
     counters: Counters,
 }
 
 impl core::fmt::Debug for SoftTlb {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SoftTlb")
-            .field("cpus", &self.cpus.len())
+            .field("cpus", &self.cpus)
             .field("page_size", &(1u64 << self.page_shift))
             .field("ceiling", &self.ceiling)
             .field("cost", &self.cost)
@@ -71,13 +81,14 @@ impl SoftTlb {
             page_size.is_power_of_two(),
             "page size must be a power of two"
         );
+        let page_shift = page_size.trailing_zeros();
         Self {
-            page_shift: page_size.trailing_zeros(),
+            page_shift,
             ceiling: DEFAULT_FLUSH_CEILING_PAGES,
+            cpumask: false,
             cost,
-            cpus: (0..cpus.max(1))
-                .map(|_| Mutex::new(BTreeSet::new()))
-                .collect(),
+            cpus: cpus.max(1),
+            held: Mutex::new(HeldPages::new(cpus.max(1), page_shift)),
             counters: Counters::default(),
         }
     }
@@ -88,9 +99,21 @@ impl SoftTlb {
         self
     }
 
+    /// Sends shootdown IPIs only to the remote CPUs that may hold a
+    /// translation in the flushed range (for an explicit full flush: any
+    /// translation), as a user address space's flush reaches only the CPUs in
+    /// its `mm_cpumask`, tracked here per page (Amit, ATC 2017, "page access
+    /// tracking"). Off (the default), every flush interrupts every other CPU,
+    /// as for global kernel mappings. The initiating CPU always flushes
+    /// itself and is charged for it.
+    pub fn with_cpumask_shootdown(mut self, on: bool) -> Self {
+        self.cpumask = on;
+        self
+    }
+
     /// Number of simulated CPUs.
     pub fn cpus(&self) -> usize {
-        self.cpus.len()
+        self.cpus
     }
 
     /// The page size translations are tracked in.
@@ -105,23 +128,33 @@ impl SoftTlb {
 
     /// `cpu` used the translation of the page containing `va` (it is now cached).
     pub fn touch(&self, cpu: usize, va: VirtAddr) {
+        assert!(cpu < self.cpus, "cpu {cpu} out of range");
         let pn = va.as_u64() >> self.page_shift;
-        self.set(cpu).insert(pn);
+        self.lock().insert_range(cpu, pn, pn + 1);
     }
 
-    /// Some CPU that may still hold a translation in `[start, end)`, and the
-    /// lowest such page; `None` when no CPU can.
+    /// `cpu` used the translation of every page meeting `[start, end)` (one
+    /// lock for all of them).
+    pub fn touch_range(&self, cpu: usize, start: VirtAddr, end: VirtAddr) {
+        assert!(cpu < self.cpus, "cpu {cpu} out of range");
+        if end <= start {
+            return;
+        }
+        let (first, last) = self.page_span(start, end);
+        self.lock().insert_range(cpu, first, last);
+    }
+
+    /// The lowest page of `[start, end)` some CPU may still hold a
+    /// translation of, and the lowest-numbered CPU holding it; `None` when no
+    /// CPU can.
     pub fn holder(&self, start: VirtAddr, end: VirtAddr) -> Option<(usize, VirtAddr)> {
         if end <= start {
             return None;
         }
         let (first, last) = self.page_span(start, end);
-        self.cpus.iter().enumerate().find_map(|(cpu, set)| {
-            let set = set.lock().unwrap_or_else(|e| e.into_inner());
-            set.range(first..last)
-                .next()
-                .map(|pn| (cpu, VirtAddr::new(pn << self.page_shift)))
-        })
+        self.lock()
+            .lowest(first, last)
+            .map(|(cpu, pn)| (cpu, VirtAddr::new(pn << self.page_shift)))
     }
 
     /// Whether any CPU may still hold a translation in `[start, end)`.
@@ -131,12 +164,12 @@ impl SoftTlb {
 
     /// Translations `cpu` currently caches.
     pub fn held(&self, cpu: usize) -> usize {
-        self.set(cpu).len()
+        self.lock().count(cpu) as usize
     }
 
     /// A [`TlbFlush`] whose flushes are initiated by `cpu`.
     pub fn on(&self, cpu: usize) -> SoftTlbCpu<'_> {
-        assert!(cpu < self.cpus.len(), "cpu {cpu} out of range");
+        assert!(cpu < self.cpus, "cpu {cpu} out of range");
         SoftTlbCpu { tlb: self, cpu }
     }
 
@@ -166,8 +199,8 @@ impl SoftTlb {
         }
     }
 
-    fn set(&self, cpu: usize) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
-        self.cpus[cpu].lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, HeldPages> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn page_span(&self, start: VirtAddr, end: VirtAddr) -> (u64, u64) {
@@ -176,40 +209,46 @@ impl SoftTlb {
         (first, last + 1)
     }
 
-    /// One flush event reaching every CPU: `None` flushes everything.
-    fn flush(&self, range: Option<(VirtAddr, VirtAddr)>) {
-        let c = &self.counters;
-        let remote = self.cpus.len() as u64 - 1;
-        let mut cost = remote * self.cost.ipi_ns;
-        let full = match range {
+    /// One flush event initiated by CPU `from` reaching every CPU (or, with
+    /// the cpumask on, those that may hold the range): `None` flushes
+    /// everything.
+    fn flush(&self, from: usize, range: Option<(VirtAddr, VirtAddr)>) {
+        let span = match range {
             Some((s, e)) if e <= s => return,
-            Some((s, e)) => {
-                let (first, last) = self.page_span(s, e);
-                let pages = last - first;
-                if pages > self.ceiling {
-                    true
-                } else {
-                    for set in &self.cpus {
-                        let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
-                        // [first, last) drops out; what lies above it goes back.
-                        let mut dropped = set.split_off(&first);
-                        let mut above = dropped.split_off(&last);
-                        set.append(&mut above);
-                    }
-                    c.pages_flushed.fetch_add(pages, Ordering::Relaxed);
-                    cost += pages * self.cost.page_flush_ns;
-                    false
-                }
+            Some((s, e)) => Some(self.page_span(s, e)),
+            None => None,
+        };
+        let c = &self.counters;
+        let mut held = self.lock();
+        // With the cpumask, a CPU left out of the shootdown holds nothing in
+        // the range (or it would have been interrupted) and keeps the rest.
+        let mut targets = self.cpumask.then(|| held.holders(span));
+        let remote = match &targets {
+            Some(m) => count_except(m, from),
+            None => self.cpus as u64 - 1,
+        };
+        let mut cost = remote * self.cost.ipi_ns;
+        let full = match span {
+            Some((first, last)) if last - first <= self.ceiling => {
+                held.remove_range(first, last);
+                c.pages_flushed.fetch_add(last - first, Ordering::Relaxed);
+                cost += (last - first) * self.cost.page_flush_ns;
+                false
             }
-            None => true,
+            _ => true,
         };
         if full {
-            for set in &self.cpus {
-                set.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            match &mut targets {
+                None => held.clear(),
+                Some(m) => {
+                    m[from / 64] |= 1 << (from % 64);
+                    held.clear_cpus(m);
+                }
             }
             c.full_flushes.fetch_add(1, Ordering::Relaxed);
             cost += self.cost.full_flush_ns;
         }
+        drop(held);
         c.flush_events.fetch_add(1, Ordering::Relaxed);
         c.ipis.fetch_add(remote, Ordering::Relaxed);
         c.cost_ns.fetch_add(cost, Ordering::Relaxed);
@@ -240,14 +279,14 @@ impl TlbFlush for SoftTlbCpu<'_> {
     fn flush_page(&self, va: VirtAddr) {
         let ps = self.tlb.page_size();
         let start = va.align_down(ps);
-        self.tlb.flush(Some((
-            start,
-            VirtAddr::new(start.as_u64().saturating_add(ps)),
-        )));
+        self.tlb.flush(
+            self.cpu,
+            Some((start, VirtAddr::new(start.as_u64().saturating_add(ps)))),
+        );
     }
 
     fn flush_all(&self) {
-        self.tlb.flush(None);
+        self.tlb.flush(self.cpu, None);
     }
 
     fn flush_ceiling_pages(&self) -> u64 {
@@ -255,7 +294,7 @@ impl TlbFlush for SoftTlbCpu<'_> {
     }
 
     fn flush_range(&self, start: VirtAddr, end: VirtAddr, _page_size: u64) {
-        self.tlb.flush(Some((start, end)));
+        self.tlb.flush(self.cpu, Some((start, end)));
     }
 }
 
@@ -334,6 +373,77 @@ mod tests {
         assert_eq!(tlb.stats().cost_ns, 2 * 7 + 7 * 11 + 1000 + 7 * 11);
         tlb.reset_stats();
         assert_eq!(tlb.stats(), TlbStats::default());
+    }
+
+    #[test]
+    fn cpumask_shootdown_interrupts_only_cpus_holding_the_range() {
+        let cost = CostModel {
+            page_flush_ns: 7,
+            full_flush_ns: 1000,
+            ipi_ns: 11,
+        };
+        let tlb = SoftTlb::new(4, P, cost).with_cpumask_shootdown(true);
+        tlb.touch(1, va(3));
+        tlb.touch(2, va(500));
+        tlb.touch(3, va(3));
+        tlb.on(0).flush_range(va(0), va(8), P);
+        assert_eq!(tlb.stats().ipis, 2, "CPUs 1 and 3 hold page 3");
+        assert_eq!(tlb.stats().cost_ns, 8 * 7 + 2 * 11);
+        assert!(!tlb.may_hold(va(0), va(8)));
+        tlb.on(0).flush_range(va(0), va(8), P);
+        assert_eq!(tlb.stats().ipis, 2, "nobody holds it any more");
+        // Above the ceiling: a full flush, still only for the holders.
+        tlb.touch(1, va(40));
+        tlb.on(0).flush_range(va(0), va(100), P);
+        let s = tlb.stats();
+        assert_eq!((s.ipis, s.full_flushes), (3, 1));
+        assert_eq!(
+            tlb.held(2),
+            1,
+            "CPU 2 was not interrupted and keeps page 500"
+        );
+        assert_eq!(tlb.held(1), 0);
+        tlb.on(0).flush_all();
+        assert_eq!(
+            tlb.stats().ipis,
+            4,
+            "an explicit full flush reaches every non-empty TLB"
+        );
+        assert_eq!(tlb.held(2), 0);
+        // Off (the default): every other CPU, holding or not.
+        let all = SoftTlb::new(4, P, cost);
+        all.on(0).flush_range(va(0), va(8), P);
+        assert_eq!(all.stats().ipis, 3);
+    }
+
+    #[test]
+    fn touch_range_holds_every_page_once() {
+        let tlb = SoftTlb::new(8, P, CostModel::FREE);
+        tlb.touch_range(5, VirtAddr::new(va(2).as_u64() + 1), va(6));
+        tlb.touch(5, va(3));
+        assert_eq!(tlb.held(5), 4, "pages 2..6, page 3 counted once");
+        assert_eq!(tlb.holder(va(0), va(3)), Some((5, va(2))));
+        assert!(!tlb.may_hold(va(6), va(10)));
+        tlb.touch(1, va(4));
+        assert_eq!(tlb.holder(va(4), va(5)), Some((1, va(4))), "lowest CPU");
+        tlb.on(0).flush_range(va(3), va(5), P);
+        assert_eq!((tlb.held(5), tlb.held(1)), (2, 0));
+        assert_eq!(tlb.holder(va(3), va(100)), Some((5, va(5))));
+    }
+
+    #[test]
+    fn more_than_64_cpus() {
+        let tlb = SoftTlb::new(200, P, CostModel::FREE).with_cpumask_shootdown(true);
+        tlb.touch(199, va(9));
+        tlb.touch(70, va(9));
+        tlb.touch(3, va(1000));
+        assert_eq!(tlb.holder(va(0), va(1 << 20)), Some((70, va(9))));
+        tlb.on(0).flush_range(va(0), va(16), P);
+        assert_eq!(tlb.stats().ipis, 2, "CPUs 70 and 199");
+        assert_eq!((tlb.held(70), tlb.held(199), tlb.held(3)), (0, 0, 1));
+        tlb.on(3).flush_all();
+        assert_eq!(tlb.stats().ipis, 2, "only CPU 3 held anything: no IPI");
+        assert_eq!(tlb.held(3), 0);
     }
 
     #[test]

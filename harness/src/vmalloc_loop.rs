@@ -3,9 +3,10 @@
 //!
 //! The "touch" writes one byte per page through the page table
 //! (`Vmalloc::write_byte`, i.e. zap-walker's `translate`) and records the
-//! translation in the software TLB of simulated CPU `i % cpus`
-//! (`SoftTlb::touch`). Every allocation is checked by the stale-TLB checker;
-//! after the loop a final purge must leave no frame and no lazy page behind.
+//! translations in the software TLB of simulated CPU `i % cpus`
+//! (`SoftTlb::touch_range`, one lock for the area's pages). Every allocation
+//! is checked by the stale-TLB checker; after the loop a final purge must
+//! leave no frame and no lazy page behind.
 //! Exit status 1 on any violation or leak.
 
 use crate::arch::{Arch, with_layout};
@@ -134,8 +135,8 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaCache>(
             let va = VirtAddr::new(a.as_u64() + p * ps);
             v.write_byte(va, i as u8)
                 .map_err(|e| format!("{name}: touch: {e}"))?;
-            tlb.touch(cpu, va);
         }
+        tlb.touch_range(cpu, a, VirtAddr::new(a.as_u64() + size));
         v.vfree(a).map_err(|e| format!("{name}: vfree: {e}"))?;
     }
     let wall_ns = t0.elapsed().as_nanos() as u64;

@@ -5,9 +5,13 @@
 //! `vfree` (vmalloc owns the backing frames) but wrong for `vunmap`, whose
 //! frames belong to the caller of `vmap`. While vmap-lazy zaps a `vmap` area
 //! it switches this adapter to keep frees ([`set_keep_frees`]), so the frames
-//! stay the caller's. It also counts the bytes it hands out, for leak checks.
+//! stay the caller's. The mode is the page-table lock holder's: vmalloc's own
+//! frees outside that lock (unwinding a failed `vmalloc`) bypass it
+//! ([`free_owned`]), or a `vunmap` running on another CPU would drop them.
+//! It also counts the bytes it hands out, for leak checks.
 //!
 //! [`set_keep_frees`]: VmallocMem::set_keep_frees
+//! [`free_owned`]: VmallocMem::free_owned
 
 use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,10 +53,22 @@ impl<'m, M: FrameSource + PhysMap + ?Sized> VmallocMem<'m, M> {
     }
 
     /// While on, frees are accepted and dropped (the frames are the
-    /// caller's). Only the holder of the page-table lock switches it.
+    /// caller's). Only the holder of the page-table lock switches it, and it
+    /// is meant only for the walker's frees under that lock: any other free
+    /// made meanwhile (from another CPU, without the lock) would be dropped
+    /// too, so those use [`free_owned`](Self::free_owned).
     #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
     pub(crate) fn set_keep_frees(&self, on: bool) {
         self.keep_frees.store(on, Ordering::Relaxed);
+    }
+
+    /// Returns a frame vmalloc took and owns (the unwinding of a failed
+    /// vmalloc), whatever a concurrent `vunmap` has set: the keep-frees
+    /// mode belongs to the page-table lock holder, not to this caller.
+    pub(crate) fn free_owned(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        self.mem.free(addr, size)?;
+        self.bytes_out.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -71,9 +87,7 @@ impl<M: FrameSource + PhysMap + ?Sized> FrameSource for VmallocMem<'_, M> {
         if self.keep_frees.load(Ordering::Relaxed) {
             return Ok(());
         }
-        self.mem.free(addr, size)?;
-        self.bytes_out.fetch_sub(size, Ordering::Relaxed);
-        Ok(())
+        self.free_owned(addr, size)
     }
 }
 

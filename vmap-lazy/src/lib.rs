@@ -34,6 +34,8 @@ extern crate std;
 
 #[cfg(feature = "alloc")]
 mod area;
+#[cfg(feature = "alloc")]
+mod area_table;
 mod backing;
 mod checker;
 mod error;

@@ -23,6 +23,10 @@ impl TlbFlush for NoFlush {
     fn flush_range(&self, _: VirtAddr, _: VirtAddr, _: u64) {}
 }
 
+/// Frames of an area listed on the stack while it is mapped; larger areas
+/// use the heap.
+const STACK_FRAMES: usize = 16;
+
 /// The kernel page table of the vmalloc range and the memory behind it.
 pub(crate) struct Mapper<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized, R: RawMutex> {
     pub(crate) mem: &'m VmallocMem<'m, M>,
@@ -46,34 +50,48 @@ where
         })
     }
 
+    /// Unwinds a failed `map_new`. Not through `FrameSource::free`: a frame
+    /// shortage is found before the page-table lock is taken, so a `vunmap`
+    /// on another CPU may have the adapter keeping frees meanwhile, and
+    /// these frames would be dropped for good.
     fn free_frames(&self, frames: &[PhysAddr]) {
         for f in frames {
             // The frames were just allocated from this source at this size.
-            let _ = self.mem.free(*f, L::PAGE_SIZE);
+            let _ = self.mem.free_owned(*f, L::PAGE_SIZE);
         }
     }
 
     /// Takes `pages` frames and maps them at `va` (`PAGE_KERNEL`). On error
     /// every frame taken is returned and nothing is mapped.
     pub(crate) fn map_new(&self, va: VirtAddr, pages: u64) -> Result<(), VmallocError> {
-        let mut frames = Vec::new();
-        if frames.try_reserve_exact(pages as usize).is_err() {
-            return Err(VmallocError::OutOfFrames(arch_api::FrameError::OutOfFrames));
-        }
-        for _ in 0..pages {
+        // Small areas (the common case) list their frames on the stack: no
+        // heap allocation per vmalloc.
+        let mut stack = [PhysAddr::new(0); STACK_FRAMES];
+        let mut heap = Vec::new();
+        let frames: &mut [PhysAddr] = if pages <= STACK_FRAMES as u64 {
+            &mut stack[..pages as usize]
+        } else {
+            if heap.try_reserve_exact(pages as usize).is_err() {
+                return Err(VmallocError::OutOfFrames(arch_api::FrameError::OutOfFrames));
+            }
+            heap.resize(pages as usize, PhysAddr::new(0));
+            &mut heap[..]
+        };
+        for i in 0..frames.len() {
             match self.mem.alloc(L::PAGE_SIZE, L::PAGE_SIZE) {
-                Ok(f) => frames.push(f),
+                Ok(f) => frames[i] = f,
                 Err(e) => {
-                    self.free_frames(&frames);
+                    self.free_frames(&frames[..i]);
                     return Err(VmallocError::OutOfFrames(e));
                 }
             }
         }
+        let frames = &*frames;
         #[cfg(feature = "debug")]
-        self.poison_frames(&frames, 0xa5);
+        self.poison_frames(frames, 0xa5);
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
-        if let Err(e) = self.pt.lock().map_range(va, Frames::List(&frames), flags) {
-            self.free_frames(&frames);
+        if let Err(e) = self.pt.lock().map_range(va, Frames::List(frames), flags) {
+            self.free_frames(frames);
             return Err(VmallocError::Map(e));
         }
         Ok(())

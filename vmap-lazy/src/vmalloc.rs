@@ -20,6 +20,7 @@
 use crate::area::{
     AreaInfo, AreaKind, AreaState, Counters, PurgeReport, VmallocConfig, VmallocStats,
 };
+use crate::area_table::AreaTable;
 use crate::backing::VmallocMem;
 use crate::checker::{AllocCheck, NoCheck};
 use crate::error::VmallocError;
@@ -27,7 +28,6 @@ use crate::lazy::{LazyAccount, LazyRange};
 use crate::mapper::{Mapper, is_shortage, pages_for};
 use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy};
 use crate::vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC, VmapBlocks};
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
@@ -38,7 +38,7 @@ use zap_walker::Translation;
 /// The busy space and the table of areas (`vmap_area_lock`'s data).
 struct Kva<F: FreeAreaCache> {
     space: VmapSpace<F, VecSource>,
-    areas: BTreeMap<u64, AreaInfo>,
+    areas: AreaTable,
 }
 
 /// vmalloc over layout `L`, the OS's memory `M`, the TLB flusher `T`, purge
@@ -89,7 +89,7 @@ where
             map: Mapper::new(mem)?,
             kva: Mutex::new(Kva {
                 space,
-                areas: BTreeMap::new(),
+                areas: AreaTable::new(),
             }),
             lazy: LazyAccount::new(1),
             blocks: VmapBlocks::new(cfg.cpus as usize),
@@ -227,7 +227,7 @@ where
             kind,
             state: AreaState::Live,
         };
-        self.kva.lock().areas.insert(va.as_u64(), info);
+        self.kva.lock().areas.insert(info);
         self.counters.allocs.fetch_add(1, Relaxed);
     }
 
@@ -281,7 +281,7 @@ where
             let not_found = VmallocError::NotFound {
                 addr: addr.as_u64(),
             };
-            let info = match kva.areas.get_mut(&addr.as_u64()) {
+            let info = match kva.areas.get_mut(addr.as_u64()) {
                 Some(i) if i.state == AreaState::Live => i,
                 _ => return Err(not_found),
             };
@@ -296,7 +296,7 @@ where
             if release_now {
                 // The deliberately broken order: the range is free again
                 // before any flush (only test policies ask for this).
-                kva.areas.remove(&addr.as_u64());
+                kva.areas.remove(addr.as_u64());
                 let _ = kva.space.find_unlink(addr);
             }
             copy
@@ -353,7 +353,7 @@ where
         {
             let mut kva = self.kva.lock();
             for r in batch.ranges.iter().filter(|r| !r.released) {
-                kva.areas.remove(&r.start);
+                kva.areas.remove(r.start);
                 // Cannot fail: a lazy area's range stays reserved until here.
                 let _ = kva.space.find_unlink(VirtAddr::new(r.start));
             }
@@ -479,7 +479,7 @@ where
     /// A block with every page dirty goes on the lazy list as a whole.
     fn retire_block(&self, start: u64) {
         let pages = VMAP_BBMAP_BITS;
-        if let Some(info) = self.kva.lock().areas.get_mut(&start) {
+        if let Some(info) = self.kva.lock().areas.get_mut(start) {
             info.state = AreaState::Lazy;
         }
         self.lazy.add(
@@ -524,7 +524,7 @@ where
 
     /// Every area (live and lazy) in address order (vmallocinfo).
     pub fn areas(&self) -> Vec<AreaInfo> {
-        self.kva.lock().areas.values().copied().collect()
+        self.kva.lock().areas.sorted()
     }
 
     /// The counters now.
@@ -549,7 +549,7 @@ where
             return Err("area table and space disagree on the number of areas");
         }
         let mut lazy_pages = 0;
-        for (a, info) in kva.space.iter().zip(kva.areas.values()) {
+        for (a, info) in kva.space.iter().zip(kva.areas.sorted()) {
             if a.va_start != info.start || a.va_end != info.end {
                 return Err("area table and space disagree on a range");
             }

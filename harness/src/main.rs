@@ -6,13 +6,17 @@
 //! `info` (layouts, DW-CAS, TLB model), `vmap-bench` / `vfree-search`
 //! (vmap-core), `munmap` / `unmap-dense` (zap-walker), `vmalloc-loop` /
 //! `test-vmalloc` / `vmallocinfo` (vmap-lazy), `slab-test` / `kmem-bench` /
-//! `slabinfo` (slub-core). `all` and `soak` are still to come (issue 7).
+//! `slabinfo` (slub-core). `all` (issue 7) runs every workload and writes
+//! the report; `soak` (issue 7) runs every component at once under random
+//! mixes and accounts for every frame, table page, object and range.
 
+mod all;
 mod arch;
 mod cli;
 mod info;
 mod munmap;
 mod slab_bench;
+mod soak;
 mod test_vmalloc;
 mod unmap_dense;
 mod vfree_search;
@@ -66,6 +70,14 @@ enum Command {
     KmemBench(slab_bench::KmemBenchArgs),
     /// A short kmalloc workload, then a /proc/slabinfo-like dump.
     Slabinfo(slab_bench::SlabinfoArgs),
+    /// Every workload at a scale that finishes in minutes: each story's
+    /// table beside the story's figures and the peers, a report with charts
+    /// (report.md, report.json, report.html), and the invariants summed.
+    All(all::AllArgs),
+    /// Random mixes of every component at once on real threads, invariants
+    /// checked throughout; at the end every frame, table page, slab page,
+    /// object and virtual range must be accounted for.
+    Soak(soak::SoakArgs),
 }
 
 fn main() {
@@ -82,6 +94,8 @@ fn main() {
         Command::SlabTest(a) => slab_bench::slab_test(&cli.common, a),
         Command::KmemBench(a) => slab_bench::kmem_bench(&cli.common, a),
         Command::Slabinfo(a) => slab_bench::slabinfo(&cli.common, a),
+        Command::All(a) => all::run(&cli.common, a),
+        Command::Soak(a) => soak::run(&cli.common, a),
     };
     std::process::exit(status);
 }

@@ -1,0 +1,223 @@
+//! The soak's kmalloc component: two `Kmalloc`s (the tid front and the
+//! sheaves front) over one frame arena, shared by every thread, with the
+//! threads running as tasks on simulated CPU slots that migrate at random
+//! between reading the tid and the CAS. Every object is stamped on kmalloc
+//! and checked on kfree (an object handed out twice, or written by the
+//! allocator while live, shows); a quarter of the frees are done by another
+//! thread. At the end every object is freed, both allocators destroyed, and
+//! every slab page must be back in the arena.
+
+use super::{Rng, Tally};
+use arch_api::PhysArena;
+use slub_core::{ArenaPages, CacheFlags, DestroyError, Kmalloc, MigratingCpus};
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+type K = Kmalloc<&'static ArenaPages<'static>, &'static MigratingCpus>;
+
+/// Objects one thread holds at most.
+const MAX_HELD: usize = 512;
+
+/// A live object and the stamp written into it.
+struct Obj {
+    ptr: usize,
+    size: usize,
+    front: usize,
+    stamp: u64,
+}
+
+/// One thread's state.
+pub struct SlabThread {
+    t: usize,
+    seq: u64,
+    held: Vec<Obj>,
+    tally: Tally,
+}
+
+/// The shared allocators and what the threads leave behind.
+pub struct SlabSoak {
+    arena: &'static PhysArena,
+    cpus: &'static MigratingCpus,
+    fronts: [K; 2],
+    inbox: Vec<Mutex<Vec<Obj>>>,
+    parked: Mutex<(Vec<Obj>, Tally)>,
+}
+
+fn layout(size: usize) -> Option<Layout> {
+    Layout::from_size_align(size, 8).ok()
+}
+
+impl SlabSoak {
+    /// A 256 MiB arena; `threads` tasks on `cpus` slots, migrating at one in
+    /// 32 fast-path windows.
+    pub fn setup(cpus: usize, threads: usize) -> Result<Self, String> {
+        let arena: &'static PhysArena = Box::leak(Box::new(
+            PhysArena::new(256 << 20, 4096).map_err(|e| e.to_string())?,
+        ));
+        let pages: &'static ArenaPages<'static> = Box::leak(Box::new(ArenaPages::new(arena)));
+        let mc: &'static MigratingCpus = Box::leak(Box::new(MigratingCpus::new(cpus, threads)));
+        mc.set_random_migration(32);
+        let tid = K::new(pages, mc, CacheFlags::NONE).map_err(|e| e.to_string())?;
+        let sheaves = K::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
+        Ok(Self {
+            arena,
+            cpus: mc,
+            fronts: [tid, sheaves],
+            inbox: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
+            parked: Mutex::new((Vec::new(), Tally::default())),
+        })
+    }
+
+    /// Thread `t`'s state; the calling thread becomes task `t`.
+    pub fn thread(&self, t: usize) -> SlabThread {
+        self.cpus.bind(t);
+        SlabThread {
+            t,
+            seq: 0,
+            held: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Frees `o` after checking its stamp.
+    fn release(&self, th: &mut SlabThread, o: Obj) {
+        let Some(l) = layout(o.size) else { return };
+        // SAFETY: `o` is a live object of `o.size` bytes we own; the stamp
+        // was written at its start (and end, from 16 bytes) when it was
+        // allocated.
+        let (head, tail) = unsafe {
+            let p = o.ptr as *const u8;
+            let tail = if o.size >= 16 {
+                p.add(o.size - 8).cast::<u64>().read_unaligned()
+            } else {
+                !o.stamp
+            };
+            (p.cast::<u64>().read_unaligned(), tail)
+        };
+        if head != o.stamp || tail != !o.stamp {
+            th.tally.violation(|| {
+                format!(
+                    "kmalloc-{}: object {:#x} changed while live (stamp {:#x}, found {head:#x}/{:#x})",
+                    o.size, o.ptr, o.stamp, !tail
+                )
+            });
+        }
+        let Some(p) = NonNull::new(o.ptr as *mut u8) else {
+            return;
+        };
+        // SAFETY: allocated from this front with this layout, freed once.
+        if let Err(e) = unsafe { self.fronts[o.front].free(p, l) } {
+            th.tally
+                .violation(|| format!("kfree of {:#x} ({} bytes): {e}", o.ptr, o.size));
+        }
+    }
+
+    /// One random operation.
+    pub fn step(&self, th: &mut SlabThread, rng: &mut Rng) {
+        th.tally.ops += 1;
+        if rng.one_in(4) {
+            let mine =
+                std::mem::take(&mut *self.inbox[th.t].lock().unwrap_or_else(|e| e.into_inner()));
+            for o in mine {
+                self.release(th, o);
+            }
+        }
+        if th.held.len() < MAX_HELD && (th.held.is_empty() || rng.one_in(2)) {
+            let size = if rng.one_in(64) {
+                // Beyond the largest class: straight from the page source.
+                16_385 + rng.below(48 * 1024) as usize
+            } else {
+                let shift = 3 + rng.below(12) as u32;
+                ((1usize << shift) - rng.below(1 << (shift - 1)) as usize).max(8)
+            };
+            let front = rng.below(2) as usize;
+            let Some(l) = layout(size) else { return };
+            match self.fronts[front].alloc(l) {
+                Ok(p) => {
+                    th.seq += 1;
+                    let stamp = (th.t as u64) << 48 | th.seq;
+                    // SAFETY: a fresh object of at least `size` >= 8 bytes;
+                    // the two stamps do not overlap from 16 bytes on.
+                    unsafe {
+                        p.as_ptr().cast::<u64>().write_unaligned(stamp);
+                        if size >= 16 {
+                            p.as_ptr()
+                                .add(size - 8)
+                                .cast::<u64>()
+                                .write_unaligned(!stamp);
+                        }
+                    }
+                    th.held.push(Obj {
+                        ptr: p.as_ptr() as usize,
+                        size,
+                        front,
+                        stamp,
+                    });
+                }
+                Err(e) => th.tally.violation(|| format!("kmalloc({size}): {e}")),
+            }
+        } else if !th.held.is_empty() {
+            let o = th
+                .held
+                .swap_remove(rng.below(th.held.len() as u64) as usize);
+            if rng.one_in(4) && self.inbox.len() > 1 {
+                let other =
+                    (th.t + 1 + rng.below(self.inbox.len() as u64 - 1) as usize) % self.inbox.len();
+                self.inbox[other]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(o);
+            } else {
+                self.release(th, o);
+            }
+        }
+    }
+
+    /// Leaves a finished thread's objects and counts for [`finish`](Self::finish).
+    pub fn park(&self, th: SlabThread) {
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        p.0.extend(th.held);
+        p.1.add(&th.tally);
+    }
+
+    /// Frees every object, destroys both allocators and counts what is left.
+    pub fn finish(mut self) -> Tally {
+        let (held, mut tally) =
+            std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut th = self.thread(0);
+        let inboxes: Vec<Obj> = self
+            .inbox
+            .iter()
+            .flat_map(|m| std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner())))
+            .collect();
+        for o in held.into_iter().chain(inboxes) {
+            self.release(&mut th, o);
+        }
+        tally.add(&th.tally);
+        for (i, k) in self.fronts.iter_mut().enumerate() {
+            let large = k.large_bytes();
+            if large != 0 {
+                tally.leaked_pages += (large / 4096) as u64;
+            }
+            match k.destroy() {
+                Ok(()) => {}
+                Err(DestroyError::LiveObjects { remaining }) => {
+                    tally.leaked_objects += remaining as u64;
+                    tally.first_problem.get_or_insert_with(|| {
+                        format!("kmalloc front {i}: {remaining} objects live after every kfree")
+                    });
+                }
+                Err(e) => tally.violation(|| format!("kmalloc front {i}: destroy: {e}")),
+            }
+        }
+        let left = self.arena.frames_in_use();
+        tally.leaked_pages += left;
+        if left != 0 {
+            tally.first_problem.get_or_insert_with(|| {
+                format!("kmalloc: {left} slab/large pages not back in the arena")
+            });
+        }
+        tally
+    }
+}

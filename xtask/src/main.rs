@@ -1,5 +1,6 @@
 //! `cargo xtask`: runs every step over every target and configuration (arguments and dispatch).
 
+mod qemu;
 mod report;
 mod run;
 mod setup;
@@ -23,6 +24,10 @@ commands:
            then print the matrix table; exit 1 if any row failed
   matrix   the same run; prints every (target x config x step) row with pass/fail/skipped
            and seconds
+  qemu ARCH [--fault-test] [--timeout SECS]
+           build demo-kernel for ARCH (aarch64, x86_64) and boot it under qemu-system-ARCH;
+           fail unless it printed \"all checks passed\" and exited with success (with
+           --fault-test: unless it reported a fault and exited with status 3)
   help     print this text
 
 flags:
@@ -31,7 +36,7 @@ flags:
   --json               (matrix only) stdout carries exactly one JSON object {\"rows\":[...]};
                        the tools' output goes to stderr
   --only STEP[,STEP]   run only these steps: setup, fmt, clippy, test, test-qemu, build-none,
-                       loom, miri, doc
+                       qemu-system, loom, miri, doc
   --step-timeout SECS  kill a row after SECS seconds (default 1200; 0: no limit)
 ";
 
@@ -151,9 +156,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         "ci" | "matrix" => {}
+        "qemu" => return qemu::main(&workspace_root(), &argv[1..]),
         other => {
             return usage_error(format!(
-                "unknown command `{other}`; expected one of: ci, matrix, help"
+                "unknown command `{other}`; expected one of: ci, matrix, qemu, help"
             ));
         }
     }

@@ -25,7 +25,7 @@ pub const LIB_CRATES: &[&str] = &[
 ];
 
 /// Binary crates: linted, tested and documented through `--workspace` only.
-pub const BIN_CRATES: &[&str] = &["harness", "xtask"];
+pub const BIN_CRATES: &[&str] = &["harness", "xtask", "demo-kernel"];
 
 /// Crates with `unsafe` code that Miri checks (`cargo +nightly miri test -p …`).
 pub const UNSAFE_CRATES: &[&str] = &[
@@ -99,6 +99,8 @@ pub enum StepKind {
     TestQemu,
     /// Bare-metal `no_std` builds.
     BuildNone,
+    /// The demo kernels booted under qemu-system-* (`cargo xtask qemu`).
+    QemuSystem,
     /// Loom model checks.
     Loom,
     /// Miri on the unsafe crates.
@@ -116,6 +118,7 @@ impl StepKind {
         StepKind::Test,
         StepKind::TestQemu,
         StepKind::BuildNone,
+        StepKind::QemuSystem,
         StepKind::Loom,
         StepKind::Miri,
         StepKind::Doc,
@@ -130,6 +133,7 @@ impl StepKind {
             StepKind::Test => "test",
             StepKind::TestQemu => "test-qemu",
             StepKind::BuildNone => "build-none",
+            StepKind::QemuSystem => "qemu-system",
             StepKind::Loom => "loom",
             StepKind::Miri => "miri",
             StepKind::Doc => "doc",
@@ -146,7 +150,7 @@ impl StepKind {
         match self {
             StepKind::Setup | StepKind::Fmt | StepKind::Doc => true,
             StepKind::Clippy | StepKind::Test | StepKind::BuildNone => config == "default",
-            StepKind::TestQemu | StepKind::Loom | StepKind::Miri => false,
+            StepKind::TestQemu | StepKind::QemuSystem | StepKind::Loom | StepKind::Miri => false,
         }
     }
 
@@ -164,7 +168,8 @@ impl StepKind {
                 needs.targets.insert(QEMU_TARGET);
                 needs.cross = true;
             }
-            StepKind::BuildNone => {
+            // `cargo xtask qemu` installs qemu-system-* itself (or says how).
+            StepKind::BuildNone | StepKind::QemuSystem => {
                 for t in BARE_METAL_TARGETS {
                     if *t == target {
                         needs.targets.insert(t);
@@ -358,6 +363,21 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         }
     }
 
+    // The demo kernels: a normal boot and the deliberate-fault boot per port.
+    for port in crate::qemu::PORTS {
+        for (config, extra) in [("default", None), ("fault-test", Some("--fault-test"))] {
+            let cmd = Cmd::new("cargo")
+                .args(["xtask", "qemu", port.name])
+                .args(extra);
+            rows.push(Step::new(
+                StepKind::QemuSystem,
+                port.target,
+                config,
+                Action::Cmd(cmd),
+            ));
+        }
+    }
+
     let loom = loom_tests(root);
     if loom.is_empty() {
         let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Nothing);
@@ -461,6 +481,25 @@ mod tests {
                 "build-none/x86_64-unknown-none/default",
                 "build-none/aarch64-unknown-none/default",
                 "doc/host/default",
+            ]
+        );
+    }
+
+    #[test]
+    fn qemu_system_rows_boot_both_ports_twice() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let rows: Vec<String> = matrix(root, &Selection::default())
+            .iter()
+            .filter(|s| s.kind == StepKind::QemuSystem)
+            .map(|s| format!("{}/{}: {}", s.target, s.config, s.command_line()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "aarch64-unknown-none/default: cargo xtask qemu aarch64",
+                "aarch64-unknown-none/fault-test: cargo xtask qemu aarch64 --fault-test",
+                "x86_64-unknown-none/default: cargo xtask qemu x86_64",
+                "x86_64-unknown-none/fault-test: cargo xtask qemu x86_64 --fault-test",
             ]
         );
     }

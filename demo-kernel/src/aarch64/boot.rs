@@ -1,0 +1,207 @@
+//! Bring-up at EL1: stack, FP/SIMD, vectors, BSS, then (in Rust) the boot
+//! page tables through arch-aarch64's 4 KiB layout, MAIR/TCR/TTBR and the MMU.
+//!
+//! Boot tables: TTBR0 identity-maps the first GiB (flash, GIC, PL011, …) as
+//! one Device-nGnRE block and RAM as Normal write-back 2 MiB blocks; TTBR1
+//! starts as an empty table (every upper-half access faults) until vmalloc's
+//! walker is installed there.
+
+use super::{Layout, RAM_END, RAM_START};
+use arch_aarch64::{Descriptor4K, MAIR_EL1_VALUE};
+use arch_api::{MapFlags, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
+use core::arch::{asm, global_asm};
+use core::cell::UnsafeCell;
+
+global_asm!(
+    r#"
+    .section .text.boot, "ax"
+    .global _start
+_start:
+    // qemu -M virt without virtualization / secure enters at EL1; anything
+    // else would need an EL2 drop we do not implement: park.
+    mrs     x1, CurrentEL
+    lsr     x1, x1, #2
+    cmp     x1, #1
+    b.ne    9f
+    ldr     x1, =__stack_top
+    mov     sp, x1
+    // FP/SIMD: rustc emits SIMD for plain copies; without FPEN = 0b11 the
+    // first one traps (and the vectors are not up yet).
+    mov     x1, #(3 << 20)
+    msr     cpacr_el1, x1
+    isb
+    ldr     x1, ={vectors}
+    msr     vbar_el1, x1
+    isb
+    ldr     x1, =__bss_start
+    ldr     x2, =__bss_end
+1:  cmp     x1, x2
+    b.hs    2f
+    str     xzr, [x1], #8
+    b       1b
+2:  bl      {boot_main}
+9:  wfe
+    b       9b
+    .ltorg
+"#,
+    vectors = sym super::vectors::demo_vectors,
+    boot_main = sym boot_main,
+);
+
+/// One 4 KiB translation table, in BSS (zero = all entries invalid).
+#[repr(C, align(4096))]
+struct Table(UnsafeCell<[u64; 512]>);
+
+// SAFETY: written only during single-threaded boot, before the MMU reads
+// them; read by the MMU afterwards.
+unsafe impl Sync for Table {}
+
+impl Table {
+    const fn new() -> Self {
+        Self(UnsafeCell::new([0; 512]))
+    }
+
+    fn pa(&self) -> u64 {
+        self.0.get() as u64
+    }
+
+    /// Stores entry `i`. Volatile: the MMU, not the compiler, reads it.
+    fn set(&self, i: usize, e: Descriptor4K) {
+        assert!(i < 512);
+        // SAFETY: `i` is in bounds; the table is only written during boot
+        // by this one CPU.
+        unsafe { (self.0.get() as *mut u64).add(i).write_volatile(e.raw()) }
+    }
+}
+
+static BOOT_L0: Table = Table::new();
+static BOOT_L1: Table = Table::new();
+static BOOT_L2_RAM: Table = Table::new();
+static EMPTY_TTBR1: Table = Table::new();
+
+/// The TTBR0 root (identity map).
+pub(super) fn ttbr0_root() -> u64 {
+    BOOT_L0.pa()
+}
+
+/// Fills the boot tables: level indices from the layout, entries from
+/// arch-aarch64's descriptor encoding.
+fn build_identity_map() {
+    let va = |a: u64| VirtAddr::new(a);
+    BOOT_L0.set(
+        Layout::index(va(0), 0),
+        Descriptor4K::new_table(PhysAddr::new(BOOT_L1.pa())),
+    );
+    // 0..1 GiB: devices (PL011 at 0x0900_0000, GIC, flash), never executable.
+    BOOT_L1.set(
+        Layout::index(va(0), 1),
+        Descriptor4K::new_leaf(
+            PhysAddr::new(0),
+            MapFlags::WRITE | MapFlags::GLOBAL | MapFlags::DEVICE,
+            1,
+        ),
+    );
+    // RAM: 2 MiB blocks, read/write/execute (the image shares its blocks
+    // with the frames handed out; a real kernel would split text and data).
+    BOOT_L1.set(
+        Layout::index(va(RAM_START), 1),
+        Descriptor4K::new_table(PhysAddr::new(BOOT_L2_RAM.pa())),
+    );
+    let block = Layout::entry_span(2);
+    let mut pa = RAM_START;
+    while pa < RAM_END {
+        BOOT_L2_RAM.set(
+            Layout::index(va(pa), 2),
+            Descriptor4K::new_leaf(
+                PhysAddr::new(pa),
+                MapFlags::WRITE | MapFlags::EXEC | MapFlags::GLOBAL,
+                2,
+            ),
+        );
+        pa += block;
+    }
+}
+
+/// `TCR_EL1`: 48-bit VA in both halves (T0SZ = T1SZ = 16), 4 KiB granules
+/// (TG0 = 0b00, TG1 = 0b10), walks write-back cacheable inner shareable,
+/// IPS from the CPU's PARange (at most 48 bits), 8-bit ASIDs, no TBI.
+fn tcr_value() -> u64 {
+    let mmfr0: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { asm!("mrs {v}, id_aa64mmfr0_el1", v = out(reg) mmfr0, options(nomem, nostack)) };
+    let ips = (mmfr0 & 0xf).min(5);
+    let t0 = 16 | (0b01 << 8) | (0b01 << 10) | (0b11 << 12);
+    let t1 = (16 << 16) | (0b01 << 24) | (0b01 << 26) | (0b11 << 28) | (0b10 << 30);
+    t0 | t1 | (ips << 32)
+}
+
+const SCTLR_M: u64 = 1 << 0;
+const SCTLR_A: u64 = 1 << 1;
+const SCTLR_C: u64 = 1 << 2;
+const SCTLR_I: u64 = 1 << 12;
+const SCTLR_WXN: u64 = 1 << 19;
+
+/// Rust side of the boot: tables, MMU on, then the kernel.
+extern "C" fn boot_main() -> ! {
+    build_identity_map();
+    let mair = MAIR_EL1_VALUE;
+    let tcr = tcr_value();
+    let (ttbr0, ttbr1) = (BOOT_L0.pa(), EMPTY_TTBR1.pa());
+    // SAFETY: the tables are complete and identity-map the running image,
+    // its stack and the UART, so execution continues at the same addresses
+    // once translation is on. The TLB is invalidated (local, nothing else
+    // runs) before the MMU is enabled so no reset-time entry survives.
+    unsafe {
+        asm!(
+            "msr mair_el1, {mair}",
+            "msr tcr_el1, {tcr}",
+            "msr ttbr0_el1, {ttbr0}",
+            "msr ttbr1_el1, {ttbr1}",
+            "isb",
+            "dsb ishst",
+            "tlbi vmalle1",
+            "dsb nsh",
+            "isb",
+            "mrs {s}, sctlr_el1",
+            "orr {s}, {s}, {set}",
+            "bic {s}, {s}, {clr}",
+            "msr sctlr_el1, {s}",
+            "isb",
+            mair = in(reg) mair,
+            tcr = in(reg) tcr,
+            ttbr0 = in(reg) ttbr0,
+            ttbr1 = in(reg) ttbr1,
+            set = in(reg) SCTLR_M | SCTLR_C | SCTLR_I,
+            clr = in(reg) SCTLR_A | SCTLR_WXN,
+            s = out(reg) _,
+            options(nostack),
+        );
+    }
+    super::tlb::count_full();
+    crate::kernel::kernel_main()
+}
+
+/// Loads TTBR1_EL1 with `table` and invalidates the TLB (the entries are
+/// global, so no ASID switch would hide the old ones); returns the old value.
+///
+/// # Safety
+/// `table` is a valid level-0 table of the 4 KiB layout, kept alive while
+/// loaded.
+pub(super) unsafe fn switch_ttbr1(table: u64) -> u64 {
+    let old: u64;
+    // SAFETY: the caller vouches for the table; the barrier makes its
+    // entries visible to the walker first.
+    unsafe {
+        asm!(
+            "mrs {old}, ttbr1_el1",
+            "dsb ishst",
+            "msr ttbr1_el1, {new}",
+            "isb",
+            old = out(reg) old,
+            new = in(reg) table,
+            options(nostack),
+        );
+    }
+    arch_api::TlbFlush::flush_all(&super::tlb());
+    old
+}

@@ -1,0 +1,127 @@
+//! The aarch64 port: `qemu-system-aarch64 -M virt -cpu max`, booted at EL1
+//! through `-kernel` (ELF at 0x4008_0000), PL011 console, semihosting exit.
+//!
+//! `boot.rs` brings the CPU up (stack, FP/SIMD, BSS, boot tables, MMU),
+//! `vectors.rs` reports exceptions, `tlb.rs` counts the `TLBI`s issued.
+//! The arch-module contract is in `main.rs`.
+
+mod boot;
+mod tlb;
+mod vectors;
+
+use arch_api::PhysAddr;
+use core::arch::asm;
+
+pub use tlb::{Tlb, tlb, tlb_counts};
+
+/// The JSON `arch` key.
+pub const NAME: &str = "aarch64";
+
+/// The page-table layout of the live tables: 4 KiB granule, 48-bit VA.
+pub type Layout = arch_aarch64::Aarch64Granule4K;
+
+/// The vmalloc window: the bottom TiB of the TTBR1 half (Linux arm64 puts
+/// vmalloc in the upper half too). The boot TTBR1 table is empty; the
+/// vmalloc walker's upper root replaces it (`install_roots`).
+pub const VMALLOC_START: u64 = 0xffff_8000_0000_0000;
+/// End of the vmalloc window (exclusive).
+pub const VMALLOC_END: u64 = 0xffff_8100_0000_0000;
+
+/// RAM of `-M virt`: from 0x4000_0000, as much as `-m 256M` gives.
+pub(crate) const RAM_START: u64 = 0x4000_0000;
+/// End of RAM (exclusive). The xtask passes `-m 256M`.
+pub(crate) const RAM_END: u64 = RAM_START + (256 << 20);
+
+/// The PL011 UART of `-M virt`.
+const UART_BASE: usize = 0x0900_0000;
+/// PL011 data register.
+const UART_DR: usize = 0x00;
+/// PL011 flag register; bit 5 is TXFF (transmit FIFO full).
+const UART_FR: usize = 0x18;
+const UART_FR_TXFF: u32 = 1 << 5;
+
+/// Writes `s` to the PL011, polling for FIFO space.
+pub fn console_write(s: &str) {
+    for b in s.bytes() {
+        // SAFETY: the PL011's registers at 0x0900_0000 are identity-mapped as
+        // device memory (or the MMU is off, which is device memory too);
+        // reading FR and writing DR has no effect beyond the UART.
+        unsafe {
+            while core::ptr::read_volatile((UART_BASE + UART_FR) as *const u32) & UART_FR_TXFF != 0
+            {
+            }
+            core::ptr::write_volatile((UART_BASE + UART_DR) as *mut u32, b as u32);
+        }
+    }
+}
+
+/// Semihosting `SYS_EXIT`.
+const SYS_EXIT: u64 = 0x18;
+/// `ADP_Stopped_ApplicationExit`: with it, the second word of the parameter
+/// block is the exit status qemu returns to the host.
+const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
+
+/// Ends the run with `code` as qemu's exit status (semihosting must be on:
+/// `-semihosting-config enable=on,target=native`).
+pub fn exit(code: u32) -> ! {
+    let block = [ADP_STOPPED_APPLICATION_EXIT, code as u64];
+    // SAFETY: `hlt #0xf000` is the A64 semihosting trap; with semihosting on,
+    // qemu reads the two-word block at x1 and exits. Without it the `hlt`
+    // is an exception our vectors report, and we spin below.
+    unsafe {
+        asm!("hlt #0xf000", in("x0") SYS_EXIT, in("x1") block.as_ptr(), options(nostack));
+    }
+    loop {
+        // SAFETY: waiting for an event has no effect on memory.
+        unsafe { asm!("wfe", options(nomem, nostack)) }
+    }
+}
+
+/// `cntvct_el0`, the virtual counter.
+pub fn cycles() -> u64 {
+    let v: u64;
+    // SAFETY: reading the virtual counter is allowed at EL1 and has no side effects.
+    unsafe { asm!("isb", "mrs {v}, cntvct_el0", v = out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// Physical frames the kernel may hand out: from the end of the image
+/// (stacks included) to the end of RAM.
+pub fn free_ram() -> (u64, u64) {
+    unsafe extern "C" {
+        static __kernel_end: u8;
+    }
+    // Only the symbol's address is taken; the linker script defines it.
+    let end = core::ptr::addr_of!(__kernel_end) as u64;
+    (end.next_multiple_of(4096), RAM_END)
+}
+
+/// The root table of the identity map (what TTBR0_EL1 holds).
+pub fn kernel_root() -> u64 {
+    boot::ttbr0_root()
+}
+
+/// Makes a walker's upper-half root (`roots[1]`; zap-walker keeps one root
+/// per half on aarch64) the TTBR1_EL1 table; TTBR0 keeps the identity map.
+/// Returns the previous TTBR1 for [`restore_roots`].
+///
+/// # Safety
+/// `roots` must be the roots of a live zap-walker `Walker` of [`Layout`] that
+/// stays alive (and keeps its tables) until the matching `restore_roots`, and
+/// nothing may still use addresses the previous TTBR1 table translated.
+pub unsafe fn install_roots(roots: &[PhysAddr]) -> u64 {
+    assert!(roots.len() == 2, "an aarch64 4K walker keeps two roots");
+    // SAFETY: forwarded contract: the table is a valid, live translation
+    // table for the upper half.
+    unsafe { boot::switch_ttbr1(roots[1].as_u64()) }
+}
+
+/// Undoes one [`install_roots`].
+///
+/// # Safety
+/// `token` is what the matching `install_roots` returned, and nothing still
+/// uses addresses the walker's tables translated.
+pub unsafe fn restore_roots(token: u64) {
+    // SAFETY: forwarded contract: `token` was a live TTBR1 table.
+    unsafe { boot::switch_ttbr1(token) };
+}

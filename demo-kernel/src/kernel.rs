@@ -1,0 +1,175 @@
+//! The shared kernel, generic over `crate::arch`: slub-core is the global
+//! allocator, vmap-lazy manages the vmalloc window in the live page tables
+//! with the real TLB flusher, and the harness workloads run on the MMU.
+//!
+//! Each workload prints one JSON line (the keys of `/work/shared/HARNESS.md`
+//! plus `"workload"`, and `*_cycles` where the harness has `*_ns`: ticks of
+//! `arch::cycles()`, i.e. `cntvct_el0` (62.5 MHz on qemu `virt`) or the TSC;
+//! timings under emulation say little anyway), then the TLB-instruction
+//! counts, then `all checks passed` and exit status 0 — or
+//! `check failed: …` and 1.
+
+mod fault_test;
+mod munmap;
+mod slab_test;
+mod vmalloc_loop;
+
+use crate::arch;
+use crate::cpu::OneCpu;
+use crate::frames::{self, Frames};
+use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use slub_core::{FramePages, SlubGlobalAlloc};
+
+/// kmalloc over the kernel's frames, one CPU.
+#[global_allocator]
+static ALLOC: SlubGlobalAlloc<&'static FramePages<Frames>, OneCpu> =
+    SlubGlobalAlloc::new(&SLAB_PAGES, OneCpu);
+
+/// Slab pages straight from the frame bitmap (identity-mapped).
+static SLAB_PAGES: FramePages<Frames> = FramePages::new(Frames);
+
+/// The console as a `core::fmt::Write` sink.
+pub struct Console;
+
+impl Write for Console {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        arch::console_write(s);
+        Ok(())
+    }
+}
+
+/// Prints formatted text on the console.
+macro_rules! kprint {
+    ($($t:tt)*) => {{
+        use core::fmt::Write as _;
+        let _ = core::write!(&mut $crate::kernel::Console, $($t)*);
+    }};
+}
+pub(crate) use kprint;
+
+/// Checks that failed so far.
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// Records a failed check unless `ok`.
+pub fn check(ok: bool, what: core::fmt::Arguments<'_>) {
+    if !ok {
+        FAILED.fetch_add(1, Relaxed);
+        kprint!("check failed: {what}\n");
+    }
+}
+
+/// `x / n` with two decimals, as a JSON number.
+pub struct Ratio(pub u64, pub u64);
+
+impl core::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let hundredths = (self.0 as u128 * 100)
+            .checked_div(self.1 as u128)
+            .unwrap_or(0);
+        write!(f, "{}.{:02}", hundredths / 100, hundredths % 100)
+    }
+}
+
+/// The TLB instructions issued while `f` ran: (per-page, full).
+pub fn tlb_delta<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
+    let (p0, a0) = arch::tlb_counts();
+    let r = f();
+    let (p1, a1) = arch::tlb_counts();
+    (r, p1 - p0, a1 - a0)
+}
+
+/// The frame source vmalloc and the sparse-munmap walker use: the kernel's
+/// frames, recording what is allocated while [`RootRecorder::record`] runs,
+/// which is how the kernel learns the root table(s) a walker allocates in
+/// its constructor (vmap-lazy's `Vmalloc` does not expose its walker).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RootRecorder;
+
+const MAX_ROOTS: usize = 2;
+static RECORDING: AtomicUsize = AtomicUsize::new(usize::MAX);
+static RECORDED: [AtomicU64; MAX_ROOTS] = [const { AtomicU64::new(0) }; MAX_ROOTS];
+
+impl RootRecorder {
+    /// Runs `f` and returns what it returned plus the frames `f` allocated
+    /// through this source (in order), or `None` if more than two.
+    pub fn record<T>(f: impl FnOnce() -> T) -> (T, Option<([PhysAddr; MAX_ROOTS], usize)>) {
+        RECORDING.store(0, Relaxed);
+        let r = f();
+        let n = RECORDING.swap(usize::MAX, Relaxed);
+        if n > MAX_ROOTS {
+            return (r, None);
+        }
+        let mut roots = [PhysAddr::new(0); MAX_ROOTS];
+        for (slot, rec) in roots.iter_mut().zip(&RECORDED) {
+            *slot = PhysAddr::new(rec.load(Relaxed));
+        }
+        (r, Some((roots, n)))
+    }
+}
+
+impl FrameSource for RootRecorder {
+    fn granule(&self) -> u64 {
+        Frames.granule()
+    }
+
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let pa = Frames.alloc(size, align)?;
+        let n = RECORDING.load(Relaxed);
+        if n != usize::MAX {
+            if let Some(slot) = RECORDED.get(n) {
+                slot.store(pa.as_u64(), Relaxed);
+            }
+            RECORDING.store(n + 1, Relaxed);
+        }
+        Ok(pa)
+    }
+
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        Frames.free(addr, size)
+    }
+}
+
+impl PhysMap for RootRecorder {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        Frames.phys_to_ptr(addr)
+    }
+}
+
+/// Entered by the arch boot code with the MMU on, interrupts masked.
+pub fn kernel_main() -> ! {
+    let (start, end) = arch::free_ram();
+    frames::init(start, end);
+    kprint!(
+        "demo-kernel ({}): MMU on, kernel root {:#x}, {} free frames at {start:#x}..{end:#x}\n",
+        arch::NAME,
+        arch::kernel_root(),
+        frames::total(),
+    );
+
+    let vm = vmalloc_loop::run();
+    slab_test::run();
+    munmap::run();
+    check(
+        ALLOC.served() > 0,
+        format_args!("slub-core served no allocation"),
+    );
+
+    if cfg!(feature = "fault-test") {
+        fault_test::run(&vm);
+    }
+
+    let (pages, full) = arch::tlb_counts();
+    kprint!(
+        "{{\"workload\":\"tlb-instructions\",\"arch\":\"{}\",\"page_invalidations\":{pages},\"full_invalidations\":{full}}}\n",
+        arch::NAME
+    );
+    let failed = FAILED.load(Relaxed);
+    if failed == 0 {
+        kprint!("all checks passed\n");
+        arch::exit(0)
+    }
+    kprint!("{failed} checks failed\n");
+    arch::exit(1)
+}

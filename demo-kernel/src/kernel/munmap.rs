@@ -1,0 +1,155 @@
+//! The sparse `munmap` case (SPEC story 2, the 2005 ia64 report): a huge
+//! range with only a few pages present, zapped whole under the work budget,
+//! through zap-walker on live tables with the real TLB flusher.
+//!
+//! A separate walker maps `TOUCH_PAGES` pages spread over `SIZE` bytes past
+//! the vmalloc window, its roots are installed, every page is written and
+//! read through the MMU, then one `zap_range` clears the whole range. The
+//! checks: nothing translates afterwards, every table page below the root
+//! went back (`leaked_tables`), every frame went back.
+
+use super::{check, kprint, tlb_delta};
+use crate::arch;
+use crate::frames::{self, Frames};
+use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, VirtAddr};
+use zap_walker::{BreakInfo, Gather, Walker, WorkBudget};
+
+/// The range: 1 TiB, so a walk that scanned empty entries would visit
+/// hundreds of thousands of them.
+const SIZE: u64 = 1 << 40;
+/// Pages mapped (and touched) inside it: enough that the work budget
+/// (8 pages' worth, `CONFIG_PREEMPT`) breaks several times.
+const TOUCH_PAGES: u64 = 64;
+
+/// Runs the case and prints its JSON line.
+pub fn run() {
+    let ps = arch::Layout::PAGE_SIZE;
+    let base = arch::VMALLOC_END;
+    let frames_at_start = frames::in_use();
+    let mut w: Walker<'static, arch::Layout, Frames> = match Walker::new(&Frames) {
+        Ok(w) => w,
+        Err(e) => {
+            check(false, format_args!("munmap: walker setup: {e:?}"));
+            return;
+        }
+    };
+    let frames_with_roots = frames::in_use();
+    let mut placed = [(0u64, PhysAddr::new(0)); TOUCH_PAGES as usize];
+    for (k, slot) in placed.iter_mut().enumerate() {
+        // Spread out, and off the big boundaries, so each lands in its own tables.
+        let va = base + k as u64 * (SIZE / TOUCH_PAGES) + (k as u64 + 1) * 0x20_1000;
+        let va = va & !(ps - 1);
+        let frame = match Frames.alloc(ps, ps) {
+            Ok(f) => f,
+            Err(e) => {
+                check(false, format_args!("munmap: out of frames: {e:?}"));
+                return;
+            }
+        };
+        let flags = MapFlags::WRITE | MapFlags::GLOBAL;
+        if let Err(e) = w.map_range(VirtAddr::new(va), zap_walker::Frames::List(&[frame]), flags) {
+            check(false, format_args!("munmap: map {va:#x}: {e:?}"));
+            let _ = Frames.free(frame, ps);
+            return;
+        }
+        *slot = (va, frame);
+    }
+    let roots = w.roots();
+    let mut root_copy = [PhysAddr::new(0); 2];
+    let nr = roots.len().min(2);
+    root_copy[..nr].copy_from_slice(&roots[..nr]);
+    // SAFETY: `w` lives (and keeps its tables) until after `restore_roots`
+    // below; nothing else uses the range past the vmalloc window.
+    let token = unsafe { arch::install_roots(&root_copy[..nr]) };
+
+    let mut bad = 0u64;
+    for (k, &(va, frame)) in placed.iter().enumerate() {
+        let tag = 0xc0ff_ee00 + k as u64;
+        // SAFETY: `va` is mapped writable by the now-live walker tables.
+        let back = unsafe {
+            (va as *mut u64).write_volatile(tag);
+            (va as *const u64).read_volatile()
+        };
+        // SAFETY: `frame` is the identity-mapped frame behind `va`.
+        let direct = unsafe { (Frames.phys_to_ptr(frame) as *const u64).read_volatile() };
+        if back != tag || direct != tag {
+            bad += 1;
+        }
+    }
+
+    let mut breaks = 0u64;
+    let mut budget = WorkBudget::for_page_size(ps, true).with_hook(|_: &BreakInfo| breaks += 1);
+    let mut gather: Gather<arch::Tlb> = Gather::new(arch::tlb());
+    let start = arch::cycles();
+    let (res, tlb_pages, tlb_full) = tlb_delta(|| {
+        w.zap_range(
+            VirtAddr::new(base),
+            VirtAddr::new(base + SIZE),
+            &mut budget,
+            &mut gather,
+        )
+    });
+    let cycles = arch::cycles() - start;
+    let st = match res {
+        Ok(st) => st,
+        Err(e) => {
+            check(false, format_args!("munmap: zap: {e:?}"));
+            return;
+        }
+    };
+    let still_mapped = placed
+        .iter()
+        .filter(|(va, _)| w.translate(VirtAddr::new(*va)).is_some())
+        .count();
+    let leaked_tables = w.tables_below_root();
+    let leaked_frames = frames::in_use() - frames_with_roots;
+    // SAFETY: the token is what `install_roots` returned; the range is unmapped.
+    unsafe { arch::restore_roots(token) };
+    drop(w);
+    kprint!(
+        "{{\"workload\":\"munmap\",\"arch\":\"{}\",\"size\":{SIZE},\"budget\":\"work\",\"repeat\":1,\"touch_pages\":{TOUCH_PAGES},\"wall_cycles\":{cycles},\"entries_visited\":{},\"lock_breaks\":{},\"max_work_between_breaks\":{},\"budget_units\":{},\"leaked_tables\":{leaked_tables},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
+        arch::Layout::NAME,
+        st.entries_visited,
+        st.lock_breaks,
+        st.max_work_between_breaks,
+        st.budget_units,
+    );
+    check(
+        bad == 0,
+        format_args!("munmap: {bad} pages did not read back"),
+    );
+    check(
+        st.leaves_cleared == TOUCH_PAGES,
+        format_args!("munmap: {} leaves cleared", st.leaves_cleared),
+    );
+    check(
+        still_mapped == 0,
+        format_args!("munmap: {still_mapped} pages still mapped"),
+    );
+    check(
+        leaked_tables == 0,
+        format_args!("munmap: {leaked_tables} tables leaked"),
+    );
+    check(
+        leaked_frames == 0,
+        format_args!("munmap: {leaked_frames} frames leaked"),
+    );
+    check(
+        st.lock_breaks == breaks,
+        format_args!(
+            "munmap: {} breaks counted, hook saw {breaks}",
+            st.lock_breaks
+        ),
+    );
+    check(
+        tlb_pages + tlb_full > 0,
+        format_args!("munmap: the zap issued no TLB invalidation"),
+    );
+    check(
+        frames::in_use() == frames_at_start,
+        format_args!(
+            "munmap: {} frames in use after dropping the walker, {frames_at_start} before",
+            frames::in_use()
+        ),
+    );
+}

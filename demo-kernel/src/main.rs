@@ -1,0 +1,98 @@
+//! A minimal demo kernel: the workspace's memory-management crates on a real
+//! (emulated) MMU, the example an OS project would copy.
+//!
+//! It boots on `qemu-system-aarch64 -M virt` (ELF at 0x4008_0000, semihosting
+//! exit) and on `qemu-system-x86_64` (PVH entry, `isa-debug-exit`), builds its
+//! own page tables through the arch crates' layouts, turns the MMU on and runs
+//! the harness workloads (`kernel.rs`) with slub-core as the
+//! `#[global_allocator]`, vmap-lazy managing a vmalloc window in the live
+//! tables with real `tlbi vae1is` / `invlpg` flushes, and zap-walker zapping
+//! a sparse range. `cargo xtask qemu aarch64|x86_64 [--fault-test]` builds and
+//! runs it.
+//!
+//! On a hosted target this file compiles to a stub `main`, so the workspace's
+//! host builds, tests and lints keep working.
+//!
+//! # The arch-module contract
+//!
+//! `aarch64/mod.rs` and `x86_64/mod.rs` each provide, as `crate::arch`:
+//!
+//! * **Boot.** `_start` in `global_asm!`: a stack, BSS cleared, FP/SIMD
+//!   enabled (aarch64: `CPACR_EL1.FPEN = 0b11; isb`; x86_64: CR0/CR4 for SSE),
+//!   exception vectors / an IDT that report any fault with
+//!   `console_write("fault: …")` (the exception class / vector, the faulting
+//!   address, the PC) and call `exit(3)`; kernel page tables built through the
+//!   arch crate's layout (`arch_aarch64::Aarch64Granule4K` /
+//!   `arch_x86_64::X86_64Pml4`) identity-mapping RAM (normal, cacheable) and
+//!   the devices (device memory); MMU (and caches) on; then
+//!   `kernel::kernel_main() -> !`.
+//! * `pub const NAME: &str`: `"aarch64"` / `"x86_64"` (the JSON `arch` key).
+//! * `pub fn console_write(s: &str)`: polled UART (PL011 / 16550).
+//! * `pub fn exit(code: u32) -> !`: 0 success, 1 a check failed, 2 panic,
+//!   3 fault. (x86_64: `isa-debug-exit`, qemu exits `(code << 1) | 1`.)
+//! * `pub type Layout`: the `arch_api::PageTableLayout` of the live tables.
+//! * `pub type Tlb`: `arch_api::TlbFlush + Sync + Send + 'static` wrapping
+//!   `Aarch64Tlb` / `X86Tlb`: it issues the real instructions and counts
+//!   them; `pub fn tlb() -> Tlb` makes one (cheap, all share the counters).
+//! * `pub fn tlb_counts() -> (u64, u64)`: (per-page invalidations issued —
+//!   `tlbi vae1is` / `invlpg` —, full flushes — `tlbi vmalle1is` / CR3/CR4
+//!   or INVPCID —) since boot.
+//! * `pub fn free_ram() -> (u64, u64)`: `[start, end)` physical, page
+//!   aligned: the RAM the kernel may hand out (after the image, the stack and
+//!   the boot tables). RAM is identity-mapped: a `PhysMap` offset of 0.
+//! * `pub const VMALLOC_START: u64`, `pub const VMALLOC_END: u64`: an
+//!   unmapped window, canonical, outside the identity map, inside what
+//!   `install_roots` hands to the walker's tables. The 1 TiB right after
+//!   `VMALLOC_END` must be canonical and unused too: the sparse munmap case
+//!   maps a few pages there through its own walker.
+//! * `pub unsafe fn install_roots(roots: &[arch_api::PhysAddr]) -> u64`:
+//!   makes a zap-walker `Walker`'s root table(s) (`Walker::roots()`) live for
+//!   every address outside the kernel identity map, keeping the identity map,
+//!   and flushes the TLB; returns a token for `restore_roots`. aarch64: the
+//!   walker keeps two roots (TTBR0/TTBR1 halves), `TTBR1_EL1 = roots[1]`
+//!   (the vmalloc window lives in the upper half). x86_64: one root; the live
+//!   PML4's identity entries are copied into `roots[0]` and CR3 loaded with
+//!   it. vmap-lazy's `Vmalloc` owns its walker, so this is how its tables
+//!   become the ones the MMU walks.
+//! * `pub unsafe fn restore_roots(token: u64)`: undoes one `install_roots`.
+//! * `pub fn kernel_root() -> u64`: the physical address of the live root
+//!   table of the identity map (TTBR0 / CR3 at boot).
+//! * `pub fn cycles() -> u64`: a free-running counter (`cntvct_el0` / `rdtsc`).
+//!
+//! The kernel runs on one CPU with interrupts masked throughout.
+#![cfg_attr(target_os = "none", no_std, no_main)]
+
+#[cfg(target_os = "none")]
+extern crate alloc;
+
+#[cfg(all(target_os = "none", target_arch = "aarch64"))]
+#[path = "aarch64/mod.rs"]
+mod arch;
+#[cfg(all(target_os = "none", target_arch = "x86_64"))]
+#[path = "x86_64/mod.rs"]
+mod arch;
+
+#[cfg(target_os = "none")]
+mod cpu;
+#[cfg(target_os = "none")]
+mod frames;
+#[cfg(target_os = "none")]
+mod kernel;
+
+/// Reports the panic on the console and exits with status 2.
+#[cfg(target_os = "none")]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    use core::fmt::Write;
+    let mut out = kernel::Console;
+    let _ = writeln!(out, "panic: {info}");
+    arch::exit(2)
+}
+
+#[cfg(not(target_os = "none"))]
+fn main() {
+    println!(
+        "demo-kernel is a bare-metal demo: build it for aarch64-unknown-none or \
+         x86_64-unknown-none and run it with `cargo xtask qemu aarch64|x86_64`"
+    );
+}

@@ -1,0 +1,231 @@
+//! `crate::arch` on x86_64: qemu `-kernel` via the PVH entry, 4-level paging
+//! through `arch_x86_64::X86_64Pml4`, COM1 console, `isa-debug-exit`.
+//!
+//! Boot order (`boot.rs` → [`x86_64_start`]): 32-bit PVH entry, boot tables,
+//! long mode, then in Rust the console, GDT/TSS (a fault stack), IDT, the
+//! memory map from the PVH start info, the kernel's own page tables
+//! (`paging.rs`), the TLB probe and its self-test (`tlb_check.rs`: a real
+//! failure exits 1 before any workload), and [`crate::kernel::kernel_main`].
+//!
+//! Run it with
+//! `qemu-system-x86_64 -kernel FILE -device isa-debug-exit,iobase=0xf4,iosize=0x04
+//! -serial stdio -display none -no-reboot -m 256M` (the default `qemu64` CPU:
+//! no INVPCID, so full flushes toggle CR4.PGE). qemu exits with
+//! `(code << 1) | 1`.
+//!
+//! The image is linked at 2 MiB physical by `link-x86_64.ld`, as a
+//! fixed-address `ET_EXEC`: `build.rs` passes `-T link-x86_64.ld` and
+//! `--no-pie` (the target's default is static-PIE, and neither the 32-bit
+//! entry's absolute addresses nor unapplied dynamic relocations would work).
+//! Nothing else is needed: the target is soft-float (`-sse,+soft-float`),
+//! code model `kernel`, which a 2 MiB link address satisfies.
+//!
+//! Files: `boot.rs` (PVH note, 32 → 64-bit), `gdt.rs` (GDT, TSS, fault
+//! stack), `idt.rs` (exception stubs, fault report), `pvh.rs` (start info),
+//! `paging.rs` (kernel map), `tlb.rs` (counted `X86Tlb`), `tlb_check.rs`
+//! (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
+
+mod boot;
+mod exit;
+mod gdt;
+mod idt;
+mod paging;
+mod port;
+mod pvh;
+mod serial;
+mod tlb;
+mod tlb_check;
+
+use arch_api::{PageTableEntry, PageTableLayout, PhysAddr, TlbFlush};
+use core::fmt::Write;
+use core::sync::atomic::Ordering;
+
+pub use exit::exit;
+pub use tlb::{Tlb, tlb};
+
+/// The JSON `arch` key.
+pub const NAME: &str = "x86_64";
+
+/// The layout of the live tables.
+pub type Layout = arch_x86_64::X86_64Pml4;
+
+/// The vmalloc window: Linux's 4-level `VMALLOC_START`
+/// (`0xffff_c900_0000_0000`, PML4 slot 402) and 32 TiB (`VMALLOC_SIZE_TB`),
+/// far from the identity map in PML4 slot 0.
+pub const VMALLOC_START: u64 = 0xffff_c900_0000_0000;
+/// One past the vmalloc window (PML4 slots 402..466). The 1 TiB after it
+/// (slots 466..468, up to `0xffff_ea00_0000_0000`) is canonical and unused,
+/// for the sparse munmap case; the boot TLB self-test uses slot 510.
+pub const VMALLOC_END: u64 = VMALLOC_START + (32 << 40);
+
+/// Writes `s` to COM1.
+pub fn console_write(s: &str) {
+    serial::write(s);
+}
+
+/// (`invlpg` issued, full flushes issued) since boot.
+pub fn tlb_counts() -> (u64, u64) {
+    tlb::counts()
+}
+
+/// `[start, end)` physical, page aligned: the RAM after the image, its
+/// stacks and the kernel page tables, up to the end of that RAM range in the
+/// PVH memory map.
+pub fn free_ram() -> (u64, u64) {
+    (
+        paging::FREE_START.load(Ordering::Relaxed),
+        paging::FREE_END.load(Ordering::Relaxed),
+    )
+}
+
+/// The physical address of the kernel's own PML4 (the identity map).
+pub fn kernel_root() -> u64 {
+    paging::KERNEL_ROOT.load(Ordering::Relaxed)
+}
+
+/// The time-stamp counter.
+pub fn cycles() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: RDTSC reads a counter (CR4.TSD is clear: allowed at any CPL).
+    unsafe {
+        core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
+    };
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// The PML4 slots of the identity map: every present entry of the kernel
+/// root (slot 0 with up to 512 GiB of RAM).
+fn identity_slots() -> impl Iterator<Item = (usize, u64)> {
+    let root = kernel_root() as *const u64;
+    (0..Layout::entries(0)).filter_map(move |i| {
+        // SAFETY: the kernel PML4 is a live, identity-mapped 4 KiB table of
+        // `entries(0)` words; reading an entry has no side effects.
+        let raw = unsafe { root.add(i).read_volatile() };
+        arch_x86_64::Pml4Entry::from_raw(raw)
+            .is_present()
+            .then_some((i, raw))
+    })
+}
+
+/// Makes a zap-walker `Walker`'s root (`roots[0]`; x86_64 walkers have one)
+/// the live PML4: the identity-map entries of the kernel PML4 are copied
+/// into it (as Linux's `pgd_alloc` copies the kernel half into every new
+/// pgd) and CR3 loaded with it, then the TLB is flushed whole, global
+/// entries included (counted in [`tlb_counts`]). Returns the previous CR3
+/// for [`restore_roots`]; installations nest (the vmalloc walker stays
+/// installed while the munmap walker is installed over it).
+///
+/// While it is installed the walker's root holds entries it did not make:
+/// its `check_consistency` would count them, so run that after
+/// `restore_roots`.
+///
+/// # Safety
+/// `roots[0]` is the 4 KiB-aligned root table of a walker over [`Layout`]
+/// whose tables are reached through the identity map, mapping nothing in
+/// the identity-map slots (PML4 slot 0), and it stays allocated until the
+/// matching [`restore_roots`].
+pub unsafe fn install_roots(roots: &[PhysAddr]) -> u64 {
+    assert!(
+        roots.len() == 1,
+        "install_roots: x86_64 walkers have one root, got {}",
+        roots.len()
+    );
+    let root = roots[0].as_u64();
+    for (i, raw) in identity_slots() {
+        let slot = (root as *mut u64).wrapping_add(i);
+        // SAFETY: `root` is a walker root table (caller), identity-mapped;
+        // slot `i` is inside it. The walker maps nothing there (checked), and
+        // runs on this CPU only, not concurrently with us.
+        unsafe {
+            assert!(
+                slot.read() == 0,
+                "install_roots: the walker maps PML4 slot {i}"
+            );
+            slot.write(raw);
+        }
+    }
+    let token = paging::read_cr3();
+    // SAFETY: `root` now maps the kernel exactly as the kernel PML4 does,
+    // and the rest is the walker's (caller).
+    unsafe { paging::write_cr3(root) };
+    tlb().flush_all();
+    token
+}
+
+/// Undoes the last [`install_roots`]: CR3 back to `token`, the copied
+/// identity entries removed from the root that was live (so the walker can
+/// check and free its tables), then the TLB flushed whole: the walker's
+/// global translations must not outlive its installation.
+///
+/// # Safety
+/// `token` came from the matching, most recent [`install_roots`], whose
+/// root is still allocated.
+pub unsafe fn restore_roots(token: u64) {
+    let uninstalled = paging::read_cr3();
+    // SAFETY: `token` was the live PML4 before (the caller), which maps the
+    // kernel.
+    unsafe { paging::write_cr3(token) };
+    if uninstalled != kernel_root() && uninstalled != token {
+        for (i, _) in identity_slots() {
+            // SAFETY: the root is still allocated (the caller) and no longer
+            // live; these are the slots `install_roots` filled.
+            unsafe { (uninstalled as *mut u64).wrapping_add(i).write(0) };
+        }
+    }
+    tlb().flush_all();
+}
+
+/// `core::fmt::Write` to COM1, for this module's own messages.
+struct Serial;
+
+impl Write for Serial {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        serial::write(s);
+        Ok(())
+    }
+}
+
+/// Rust's entry, from `boot.rs`, in 64-bit mode on the boot tables with
+/// `start_info` = the `hvm_start_info` physical address.
+extern "C" fn x86_64_start(start_info: u32) -> ! {
+    serial::init();
+    gdt::init();
+    idt::init();
+    // SAFETY: the boot tables identity-map the first GiB, which holds the
+    // start info qemu just wrote; nothing has touched it.
+    let ram = unsafe { pvh::ram_map(u64::from(start_info)) };
+    // SAFETY: boot, once, on the boot tables, image at its link address.
+    unsafe { paging::init(&ram) };
+    tlb::init();
+    let check = tlb_check::run();
+    let (free_start, free_end) = free_ram();
+    let _ = writeln!(
+        Serial,
+        "x86_64: PVH boot, kernel PML4 at {:#x} ({} table pages), RAM map from {}, free RAM [{:#x}, {:#x}), full flush by {:?}",
+        kernel_root(),
+        paging::TABLE_PAGES.load(Ordering::Relaxed),
+        if ram.from_start_info {
+            "start info"
+        } else {
+            "fallback"
+        },
+        free_start,
+        free_end,
+        tlb().full_flush_method(),
+    );
+    let _ = writeln!(
+        Serial,
+        "x86_64: TLB self-test: {} of 3 flush methods replaced a stale global translation (stale before the flush: {}/3; a CR3 reload kept it: {})",
+        check.failed.iter().filter(|f| f.is_none()).count(),
+        check.stale_seen,
+        check.cr3_kept_global,
+    );
+    if let Some(name) = check.failed.iter().flatten().next() {
+        let _ = writeln!(
+            Serial,
+            "check failed: x86_64 TLB self-test: {name} left the stale translation"
+        );
+        exit(1);
+    }
+    crate::kernel::kernel_main()
+}

@@ -1,0 +1,92 @@
+//! The kernel's [`TlbFlush`]: `arch_x86_64::X86Tlb` — real `invlpg` and
+//! global-inclusive full flushes (INVPCID when the CPU has it, otherwise the
+//! CR4.PGE toggle, since the kernel map is global) — counting what it issues.
+//!
+//! One CPU, so no shootdown hook. The counters mirror `X86Tlb`'s own
+//! decisions: a page flush is one `invlpg`; a range is `invlpg` per page up
+//! to the 33-page ceiling, one full flush beyond it.
+
+use arch_api::{TlbFlush, VirtAddr};
+use arch_x86_64::X86Tlb;
+use arch_x86_64::tlb::FullFlush;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static INVLPG: AtomicU64 = AtomicU64::new(0);
+static FULL: AtomicU64 = AtomicU64::new(0);
+
+/// The probed `X86Tlb` (CPUID once, at boot).
+struct Probed(UnsafeCell<Option<X86Tlb>>);
+
+// SAFETY: written once by `init` on the one CPU before any reader exists
+// (`READY` then published with release); read-only afterwards.
+unsafe impl Sync for Probed {}
+
+static PROBED: Probed = Probed(UnsafeCell::new(None));
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Probes the CPU. Boot only, before [`tlb`].
+pub fn init() {
+    // SAFETY: we run at CPL 0 in long mode, own CR3/CR4 and have interrupts
+    // masked for good: `X86Tlb::new`'s contract. One CPU, before any reader.
+    unsafe { *PROBED.0.get() = Some(X86Tlb::new()) };
+    READY.store(true, Ordering::Release);
+}
+
+/// `invlpg` and full flushes on this CPU, counted.
+#[derive(Clone, Copy, Debug)]
+pub struct Tlb(X86Tlb);
+
+/// A flusher sharing the global counters.
+pub fn tlb() -> Tlb {
+    Tlb(uncounted())
+}
+
+/// The probed `X86Tlb` itself, whose flushes are not counted: for the boot
+/// self-test (`tlb_check.rs`), which is not a workload.
+pub fn uncounted() -> X86Tlb {
+    assert!(READY.load(Ordering::Acquire), "tlb() before boot probed it");
+    // SAFETY: `init` finished (READY), so the cell is never written again.
+    unsafe { *PROBED.0.get() }.expect("probed at boot")
+}
+
+impl Tlb {
+    /// How a full flush is done right now (INVPCID, CR4.PGE toggle, CR3).
+    pub fn full_flush_method(&self) -> FullFlush {
+        self.0.full_flush_method()
+    }
+}
+
+/// (`invlpg` issued, full flushes issued) since boot.
+pub fn counts() -> (u64, u64) {
+    (INVLPG.load(Ordering::Relaxed), FULL.load(Ordering::Relaxed))
+}
+
+impl TlbFlush for Tlb {
+    fn flush_page(&self, va: VirtAddr) {
+        INVLPG.fetch_add(1, Ordering::Relaxed);
+        self.0.flush_page(va);
+    }
+
+    fn flush_all(&self) {
+        FULL.fetch_add(1, Ordering::Relaxed);
+        self.0.flush_all();
+    }
+
+    fn flush_ceiling_pages(&self) -> u64 {
+        self.0.flush_ceiling_pages()
+    }
+
+    fn flush_range(&self, start: VirtAddr, end: VirtAddr, page_size: u64) {
+        if end > start {
+            let first = start.align_down(page_size).as_u64();
+            let pages = (end.as_u64() - first).div_ceil(page_size);
+            if pages > self.0.flush_ceiling_pages() {
+                FULL.fetch_add(1, Ordering::Relaxed);
+            } else {
+                INVLPG.fetch_add(pages, Ordering::Relaxed);
+            }
+        }
+        self.0.flush_range(start, end, page_size);
+    }
+}

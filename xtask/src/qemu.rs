@@ -1,0 +1,403 @@
+//! `cargo xtask qemu aarch64|x86_64 [--fault-test] [--timeout SECS]`: builds
+//! `demo-kernel` for the bare-metal target in release, boots it under
+//! `qemu-system-*` with a timeout, streams its console, and passes only if
+//! it printed `all checks passed` and exited with success — or, with
+//! `--fault-test`, if it reported a `fault:` and exited with the fault status.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// The default limit for one boot (the runs take seconds; a hang is a failure).
+const DEFAULT_TIMEOUT_S: u64 = 120;
+
+/// The Debian 12 packages; the image's newer `qemu-utils` blocks them, hence the pin.
+pub const INSTALL_COMMAND: &str = "apt-get install -y --allow-downgrades qemu-system-arm \
+                                   qemu-system-x86 qemu-utils=1:7.2+dfsg-7+deb12u18+b3";
+
+/// What the kernel prints when every check passed.
+const PASS_LINE: &str = "all checks passed";
+/// How the exception vectors start their report.
+const FAULT_PREFIX: &str = "fault:";
+
+/// One demo-kernel port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// `aarch64` / `x86_64`, as on the command line.
+    pub name: &'static str,
+    /// The Rust target.
+    pub target: &'static str,
+    /// The qemu binary.
+    pub qemu: &'static str,
+    /// qemu's arguments before `-kernel FILE`.
+    pub args: &'static [&'static str],
+    /// qemu's exit status when the kernel calls `exit(0)`.
+    pub success_status: i32,
+    /// qemu's exit status when the kernel calls `exit(3)` (a fault).
+    pub fault_status: i32,
+}
+
+/// The two ports.
+pub const PORTS: &[Port] = &[
+    Port {
+        name: "aarch64",
+        target: "aarch64-unknown-none",
+        qemu: "qemu-system-aarch64",
+        args: &[
+            "-M",
+            "virt",
+            "-cpu",
+            "max",
+            "-m",
+            "256M",
+            "-nographic",
+            "-semihosting-config",
+            "enable=on,target=native",
+        ],
+        // Semihosting SYS_EXIT hands the status through unchanged.
+        success_status: 0,
+        fault_status: 3,
+    },
+    Port {
+        name: "x86_64",
+        target: "x86_64-unknown-none",
+        qemu: "qemu-system-x86_64",
+        args: &[
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+            "-serial",
+            "stdio",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-m",
+            "256M",
+        ],
+        // isa-debug-exit makes qemu exit with `(code << 1) | 1`.
+        success_status: 1,
+        fault_status: 7,
+    },
+];
+
+/// The port called `name`.
+pub fn port(name: &str) -> Option<&'static Port> {
+    PORTS.iter().find(|p| p.name == name)
+}
+
+/// The parsed `qemu` command line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct QemuArgs {
+    /// Which kernel.
+    pub port: &'static Port,
+    /// Build with `--features fault-test` and expect the fault.
+    pub fault_test: bool,
+    /// Limit for the boot.
+    pub timeout: Duration,
+}
+
+/// Parses `ARCH [--fault-test] [--timeout SECS]`.
+pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
+    let names: Vec<&str> = PORTS.iter().map(|p| p.name).collect();
+    let expected = names.join(" or ");
+    let mut port_arg = None;
+    let mut fault_test = false;
+    let mut timeout = Duration::from_secs(DEFAULT_TIMEOUT_S);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--fault-test" => fault_test = true,
+            "--timeout" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| "`--timeout` needs a number of seconds".to_string())?;
+                let secs: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or_else(|| format!("--timeout expects whole seconds > 0, got `{v}`"))?;
+                timeout = Duration::from_secs(secs);
+            }
+            flag if flag.starts_with('-') => {
+                return Err(format!(
+                    "unknown flag `{flag}` for `qemu`; expected: --fault-test, --timeout"
+                ));
+            }
+            name => {
+                if port_arg.is_some() {
+                    return Err(format!(
+                        "`qemu` takes one architecture, got a second: `{name}`"
+                    ));
+                }
+                port_arg = Some(port(name).ok_or_else(|| {
+                    format!("unknown architecture `{name}`; expected {expected}")
+                })?);
+            }
+        }
+    }
+    let port = port_arg.ok_or_else(|| format!("`qemu` needs an architecture: {expected}"))?;
+    Ok(QemuArgs {
+        port,
+        fault_test,
+        timeout,
+    })
+}
+
+/// Whether a finished boot is a pass: `status` is qemu's exit status
+/// (`None`: killed, e.g. by the timeout), `output` the console.
+pub fn verdict(
+    port: &Port,
+    fault_test: bool,
+    status: Option<i32>,
+    output: &str,
+) -> Result<(), String> {
+    let passed = output.lines().any(|l| l.trim() == PASS_LINE);
+    let faulted = output.lines().any(|l| l.starts_with(FAULT_PREFIX));
+    let Some(status) = status else {
+        return Err("qemu did not exit by itself (timeout or signal)".to_string());
+    };
+    if fault_test {
+        if !faulted {
+            return Err("--fault-test: the kernel reported no `fault:`".to_string());
+        }
+        if status != port.fault_status {
+            return Err(format!(
+                "--fault-test: qemu exited {status}, expected {} (kernel exit 3)",
+                port.fault_status
+            ));
+        }
+        return Ok(());
+    }
+    if faulted {
+        return Err("the kernel reported a fault".to_string());
+    }
+    if !passed {
+        return Err(format!("the kernel did not print `{PASS_LINE}`"));
+    }
+    if status != port.success_status {
+        return Err(format!(
+            "qemu exited {status}, expected {} (kernel exit 0)",
+            port.success_status
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `program` is on `PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs qemu-system-* through apt-get when root; otherwise says how.
+fn ensure_qemu(port: &Port) -> Result<(), String> {
+    if on_path(port.qemu) {
+        return Ok(());
+    }
+    if !is_root() {
+        return Err(format!(
+            "{} is not installed; as root run: apt-get update && {INSTALL_COMMAND}",
+            port.qemu
+        ));
+    }
+    eprintln!(
+        "==> installing {}: apt-get update && {INSTALL_COMMAND}",
+        port.qemu
+    );
+    let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+    if !ok(Command::new("apt-get").arg("update")) {
+        return Err("apt-get update failed".to_string());
+    }
+    if !ok(Command::new("sh").args(["-c", INSTALL_COMMAND])) {
+        return Err(format!("`{INSTALL_COMMAND}` failed"));
+    }
+    if on_path(port.qemu) {
+        Ok(())
+    } else {
+        Err(format!("{} still missing after the install", port.qemu))
+    }
+}
+
+/// Where cargo puts the kernel: `$CARGO_TARGET_DIR` (relative to the
+/// workspace root) or `target/`.
+fn kernel_path(root: &Path, target: &str) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    root.join(dir)
+        .join(target)
+        .join("release")
+        .join("demo-kernel")
+}
+
+fn build(root: &Path, a: &QemuArgs) -> Result<PathBuf, String> {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(root).args([
+        "build",
+        "-p",
+        "demo-kernel",
+        "--release",
+        "--target",
+        a.port.target,
+    ]);
+    if a.fault_test {
+        cmd.args(["--features", "fault-test"]);
+    }
+    eprintln!(
+        "==> cargo build -p demo-kernel --release --target {}{}",
+        a.port.target,
+        if a.fault_test {
+            " --features fault-test"
+        } else {
+            ""
+        }
+    );
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building demo-kernel for {} failed", a.port.target));
+    }
+    Ok(kernel_path(root, a.port.target))
+}
+
+/// Boots `kernel`, echoing the console; returns (exit status, console).
+fn boot(a: &QemuArgs, kernel: &Path) -> Result<(Option<i32>, String), String> {
+    let mut cmd = Command::new(a.port.qemu);
+    cmd.args(a.port.args)
+        .arg("-kernel")
+        .arg(kernel)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    eprintln!(
+        "==> {} {} -kernel {}",
+        a.port.qemu,
+        a.port.args.join(" "),
+        kernel.display()
+    );
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", a.port.qemu))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let line = line.trim_end_matches('\r').to_string();
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s.code(),
+            Ok(None) if start.elapsed() > a.timeout => {
+                eprintln!("==> timeout after {} s: killing qemu", a.timeout.as_secs());
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for qemu: {e}")),
+        }
+    };
+    let output = reader.join().unwrap_or_default();
+    Ok((status, output))
+}
+
+/// `cargo xtask qemu …`.
+pub fn main(root: &Path, args: &[String]) -> ExitCode {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let run = || -> Result<(), String> {
+        ensure_qemu(a.port)?;
+        let kernel = build(root, &a)?;
+        let start = Instant::now();
+        let (status, output) = boot(&a, &kernel)?;
+        let status_text = status.map_or("none".to_string(), |s| s.to_string());
+        eprintln!(
+            "==> qemu exited with status {status_text} after {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        verdict(a.port, a.fault_test, status, &output)
+    };
+    let what = if a.fault_test { " --fault-test" } else { "" };
+    match run() {
+        Ok(()) => {
+            eprintln!("qemu {}{what}: passed", a.port.name);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("qemu {}{what}: FAILED: {e}", a.port.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_ports_and_flags() {
+        let a = parse(&args(&["x86_64", "--fault-test", "--timeout", "30"])).unwrap();
+        assert_eq!(a.port.target, "x86_64-unknown-none");
+        assert!(a.fault_test);
+        assert_eq!(a.timeout, Duration::from_secs(30));
+        let a = parse(&args(&["aarch64"])).unwrap();
+        assert_eq!(a.port.qemu, "qemu-system-aarch64");
+        assert!(!a.fault_test);
+        assert!(
+            parse(&args(&[]))
+                .unwrap_err()
+                .contains("needs an architecture")
+        );
+        assert!(
+            parse(&args(&["riscv64"]))
+                .unwrap_err()
+                .contains("aarch64 or x86_64")
+        );
+        assert!(parse(&args(&["aarch64", "--timeout", "0"])).is_err());
+        assert!(parse(&args(&["aarch64", "--bogus"])).is_err());
+        assert!(parse(&args(&["aarch64", "x86_64"])).is_err());
+    }
+
+    #[test]
+    fn verdict_needs_the_line_and_the_status() {
+        let arm = port("aarch64").unwrap();
+        let x86 = port("x86_64").unwrap();
+        let good = "{\"workload\":\"munmap\"}\nall checks passed\n";
+        assert!(verdict(arm, false, Some(0), good).is_ok());
+        assert!(verdict(x86, false, Some(1), good).is_ok());
+        // The right status without the line (qemu's own failure on x86 is 1 too).
+        assert!(verdict(x86, false, Some(1), "qemu: could not load kernel\n").is_err());
+        assert!(verdict(arm, false, Some(1), good).is_err());
+        assert!(verdict(arm, false, None, good).is_err());
+        let fault = "fault: synchronous exception\n";
+        assert!(verdict(arm, false, Some(0), &format!("{fault}{good}")).is_err());
+        assert!(verdict(arm, true, Some(3), fault).is_ok());
+        assert!(verdict(x86, true, Some(7), fault).is_ok());
+        assert!(
+            verdict(arm, true, Some(0), good).is_err(),
+            "no fault reported"
+        );
+        assert!(verdict(arm, true, Some(1), fault).is_err(), "wrong status");
+    }
+}

@@ -17,9 +17,8 @@ mod vmalloc_loop;
 use crate::arch;
 use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
-use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::{FramePages, SlubGlobalAlloc};
 
 /// kmalloc over the kernel's frames, one CPU.
@@ -78,63 +77,6 @@ pub fn tlb_delta<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
     let r = f();
     let (p1, a1) = arch::tlb_counts();
     (r, p1 - p0, a1 - a0)
-}
-
-/// The frame source vmalloc and the sparse-munmap walker use: the kernel's
-/// frames, recording what is allocated while [`RootRecorder::record`] runs,
-/// which is how the kernel learns the root table(s) a walker allocates in
-/// its constructor (vmap-lazy's `Vmalloc` does not expose its walker).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RootRecorder;
-
-const MAX_ROOTS: usize = 2;
-static RECORDING: AtomicUsize = AtomicUsize::new(usize::MAX);
-static RECORDED: [AtomicU64; MAX_ROOTS] = [const { AtomicU64::new(0) }; MAX_ROOTS];
-
-impl RootRecorder {
-    /// Runs `f` and returns what it returned plus the frames `f` allocated
-    /// through this source (in order), or `None` if more than two.
-    pub fn record<T>(f: impl FnOnce() -> T) -> (T, Option<([PhysAddr; MAX_ROOTS], usize)>) {
-        RECORDING.store(0, Relaxed);
-        let r = f();
-        let n = RECORDING.swap(usize::MAX, Relaxed);
-        if n > MAX_ROOTS {
-            return (r, None);
-        }
-        let mut roots = [PhysAddr::new(0); MAX_ROOTS];
-        for (slot, rec) in roots.iter_mut().zip(&RECORDED) {
-            *slot = PhysAddr::new(rec.load(Relaxed));
-        }
-        (r, Some((roots, n)))
-    }
-}
-
-impl FrameSource for RootRecorder {
-    fn granule(&self) -> u64 {
-        Frames.granule()
-    }
-
-    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
-        let pa = Frames.alloc(size, align)?;
-        let n = RECORDING.load(Relaxed);
-        if n != usize::MAX {
-            if let Some(slot) = RECORDED.get(n) {
-                slot.store(pa.as_u64(), Relaxed);
-            }
-            RECORDING.store(n + 1, Relaxed);
-        }
-        Ok(pa)
-    }
-
-    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
-        Frames.free(addr, size)
-    }
-}
-
-impl PhysMap for RootRecorder {
-    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
-        Frames.phys_to_ptr(addr)
-    }
 }
 
 /// Entered by the arch boot code with the MMU on, interrupts masked.

@@ -52,8 +52,9 @@
 //!   walker keeps two roots (TTBR0/TTBR1 halves), `TTBR1_EL1 = roots[1]`
 //!   (the vmalloc window lives in the upper half). x86_64: one root; the live
 //!   PML4's identity entries are copied into `roots[0]` and CR3 loaded with
-//!   it. vmap-lazy's `Vmalloc` owns its walker, so this is how its tables
-//!   become the ones the MMU walks.
+//!   it. vmap-lazy's `Vmalloc` owns its walker and reports its roots
+//!   (`Vmalloc::page_table_roots`), so this is how its tables become the
+//!   ones the MMU walks.
 //! * `pub unsafe fn restore_roots(token: u64)`: undoes one `install_roots`.
 //! * `pub fn kernel_root() -> u64`: the physical address of the live root
 //!   table of the identity map (TTBR0 / CR3 at boot).

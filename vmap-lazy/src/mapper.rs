@@ -168,6 +168,17 @@ where
     pub(crate) fn pagetable_bytes(&self) -> u64 {
         self.pt.lock().pagetable_bytes()
     }
+
+    /// The walker's root tables and how many are used (see
+    /// [`Walker::roots`]).
+    pub(crate) fn roots(&self) -> ([PhysAddr; 2], usize) {
+        let pt = self.pt.lock();
+        let mut out = [PhysAddr::new(0); 2];
+        let roots = pt.roots();
+        let n = roots.len().min(out.len());
+        out[..n].copy_from_slice(&roots[..n]);
+        (out, n)
+    }
 }
 
 /// Whether an error is a shortage a purge may cure (then retry once).

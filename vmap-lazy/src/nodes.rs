@@ -479,6 +479,15 @@ where
         self.map.pagetable_bytes()
     }
 
+    /// The root table(s) of vmalloc's page table and how many of the two
+    /// slots are used: one, or two on layouts whose halves have separate
+    /// roots (aarch64's TTBR0/TTBR1). A kernel whose vmalloc window lives in
+    /// these tables makes them live (links or loads them) once, after
+    /// construction; they never change afterwards (kernel tables persist).
+    pub fn page_table_roots(&self) -> ([PhysAddr; 2], usize) {
+        self.map.roots()
+    }
+
     /// The frame adapter.
     pub fn mem(&self) -> &'m VmallocMem<'m, M> {
         self.map.mem

@@ -538,6 +538,15 @@ where
         self.map.pagetable_bytes()
     }
 
+    /// The root table(s) of vmalloc's page table and how many of the two
+    /// slots are used: one, or two on layouts whose halves have separate
+    /// roots (aarch64's TTBR0/TTBR1). A kernel whose vmalloc window lives in
+    /// these tables makes them live (links or loads them) once, after
+    /// construction; they never change afterwards (kernel tables persist).
+    pub fn page_table_roots(&self) -> ([PhysAddr; 2], usize) {
+        self.map.roots()
+    }
+
     /// Checks the allocator's bookkeeping: the space's own invariants, every
     /// area in the table reserved in the space and vice versa, lazy pages on
     /// the lists equal to `vmap_lazy_nr` (when no free is in flight), live

@@ -499,3 +499,31 @@ fn vm_map_ram_carves_per_cpu_blocks_and_reuses_flushed_space() {
         arena.free(f, PAGE).unwrap();
     }
 }
+
+#[test]
+fn page_table_roots_are_the_tables_a_vmalloc_is_linked_into() {
+    use arch_api::{EntryKind, PageTableEntry, PageTableLayout, PhysMap};
+    let arena = arena(4 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = tlb();
+    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let (roots, n) = v.page_table_roots();
+    assert_eq!(n, 1, "x86_64 has one root for both halves");
+    assert_eq!(v.page_table_roots(), (roots, n), "roots do not move");
+    let a = v.vmalloc(PAGE).unwrap();
+    // The root's entry for `a` is now a table entry (the MMU would walk
+    // from here), and it was empty before the vmalloc of a fresh space.
+    let idx = L::index(a, 0);
+    let root = arena.phys_to_ptr(roots[0]).cast::<u64>();
+    // SAFETY: `roots[0]` is a live root table page of `v`'s walker inside
+    // `arena`; `idx` < entries per table; the read is of a plain u64 that no
+    // other thread writes now.
+    let raw = unsafe { root.add(idx).read_volatile() };
+    let entry = <L as PageTableLayout>::Entry::from_raw(raw);
+    assert!(
+        entry.is_present() && entry.kind(0) == EntryKind::Table,
+        "root entry {raw:#x} for {a:?} is not a table"
+    );
+    v.vfree(a).unwrap();
+    assert_eq!(v.page_table_roots(), (roots, n));
+}

@@ -8,8 +8,9 @@
 //! same address would send the write to the old frame, and the two reads
 //! would disagree.
 
-use super::{Ratio, RootRecorder, check, kprint, tlb_delta};
+use super::{Ratio, check, kprint, tlb_delta};
 use crate::arch;
+use crate::frames::Frames;
 use arch_api::{PageTableLayout, PhysAddr, PhysMap, VirtAddr};
 use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocMem};
 
@@ -19,9 +20,9 @@ const ITERATIONS: u64 = 10_000;
 const PAGES: u64 = 4;
 
 /// The kernel's vmalloc: its walker's tables are the live upper tables.
-pub type KernelVmalloc = Vmalloc<'static, arch::Layout, RootRecorder, arch::Tlb>;
+pub type KernelVmalloc = Vmalloc<'static, arch::Layout, Frames, arch::Tlb>;
 
-static VMEM: VmallocMem<'static, RootRecorder> = VmallocMem::new(&RootRecorder);
+static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
 /// The kernel's vmalloc and the root tables of its walker (now live).
 pub struct KernelVm {
@@ -43,19 +44,18 @@ pub fn run() -> KernelVm {
         vend: VirtAddr::new(arch::VMALLOC_END),
         cpus: 1,
     };
-    let (vm, roots) =
-        RootRecorder::record(|| Vmalloc::new(&VMEM, arch::tlb(), LazyMaxPages, NoCheck, cfg));
-    let vm = match vm {
+    let vm = match Vmalloc::new(&VMEM, arch::tlb(), LazyMaxPages, NoCheck, cfg) {
         Ok(vm) => vm,
         Err(e) => {
             kprint!("check failed: vmalloc setup: {e:?}\n");
             arch::exit(1)
         }
     };
-    let Some((roots, n)) = roots.filter(|(_, n)| *n > 0) else {
+    let (roots, n) = vm.page_table_roots();
+    if n == 0 {
         kprint!("check failed: vmalloc setup allocated no root table\n");
         arch::exit(1)
-    };
+    }
     // SAFETY: `roots` are the root tables of `vm`'s walker, which lives for
     // the rest of the run (it is returned and kept); nothing used the window
     // before.

@@ -160,10 +160,13 @@ impl Report {
         s.push_str("\n## Commands\n\nEach row above comes from one of these runs (with the common flags of this run):\n\n");
         for r in &self.runs {
             s.push_str(&format!(
-                "- `{}` ({}, exit {:?})\n",
+                "- `{}` ({}, {})\n",
                 r.command,
                 fmt_ns(Some(r.wall_ns as f64)),
-                r.status
+                match r.status {
+                    Some(code) => format!("exit {code}"),
+                    None => "no exit status (not started or killed by a signal)".to_string(),
+                }
             ));
         }
         s

@@ -1,7 +1,7 @@
 //! The records both fronts keep: what an area is ([`AreaInfo`]), the
 //! configuration, and the counters ([`VmallocStats`], [`PurgeReport`]).
 
-use arch_api::VirtAddr;
+use arch_api::{TlbFlush, VirtAddr};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What made an area.
@@ -120,6 +120,15 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// Flushes `[start, end)` through `tlb` and counts the flush event and
+    /// its pages: every flush vmalloc issues goes through here.
+    pub(crate) fn flush<T: TlbFlush + ?Sized>(&self, tlb: &T, start: u64, end: u64, ps: u64) {
+        tlb.flush_range(VirtAddr::new(start), VirtAddr::new(end), ps);
+        self.flush_events.fetch_add(1, Relaxed);
+        self.pages_flushed
+            .fetch_add((end - start).div_ceil(ps), Relaxed);
+    }
+
     /// Records one allocation search.
     pub(crate) fn searched(&self, visited: u32) {
         self.nodes_visited.fetch_add(u64::from(visited), Relaxed);

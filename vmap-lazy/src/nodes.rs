@@ -240,42 +240,23 @@ where
             return Err(VmallocError::UnalignedFrame { frame: f.as_u64() });
         }
         let ps = L::PAGE_SIZE;
-        let mut cb = self.blocks.cpus[cpu % self.blocks.cpus.len()].lock();
-        let carved = match cb.carve(n) {
-            Some(x) => Some(x),
-            None => {
-                let (u, snap) = cb.dirty(ps);
-                u.and_then(|(s, e)| {
-                    self.tlb.flush_range(VirtAddr::new(s), VirtAddr::new(e), ps);
-                    self.counters.flush_events.fetch_add(1, Ordering::Relaxed);
-                    self.counters
-                        .pages_flushed
-                        .fetch_add((e - s).div_ceil(ps), Ordering::Relaxed);
-                    cb.flushed(&snap);
-                    cb.carve(n)
-                })
-            }
-        };
-        let (bstart, i) = match carved {
-            Some(x) => x,
-            None => {
-                let area = self.with_retry(|| {
+        self.blocks.map_ram(
+            cpu,
+            n,
+            ps,
+            |s, e| self.counters.flush(&self.tlb, s, e, ps),
+            || {
+                self.with_retry(|| {
                     let area = self.reserve(cpu, VMAP_BBMAP_BITS, VMAP_BBMAP_BITS * ps)?;
                     self.publish(&area, VMAP_BBMAP_BITS, "vmap_block", AreaKind::VmapBlock);
-                    Ok(area)
-                })?;
-                cb.add(area.va_start.as_u64());
-                // Cannot fail: the block is new and n <= VMAP_MAX_ALLOC.
-                cb.carve(n).ok_or(VmallocError::ZeroSize)?
-            }
-        };
-        let va = VirtAddr::new(bstart + i * ps);
-        self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
-        if let Err(e) = self.map.map_frames(va, frames, flags) {
-            cb.uncarve(bstart, i, n);
-            return Err(e);
-        }
-        Ok(va)
+                    Ok(area.va_start.as_u64())
+                })
+            },
+            |va| {
+                self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
+                self.map.map_frames(va, frames, flags)
+            },
+        )
     }
 
     /// `vm_unmap_ram(addr, count)`: as [`Vmalloc::vm_unmap_ram`](crate::Vmalloc::vm_unmap_ram).
@@ -410,12 +391,7 @@ where
         if taken.is_empty() && extra.is_none() {
             return PurgeReport::default();
         }
-        self.tlb
-            .flush_range(VirtAddr::new(start), VirtAddr::new(end), L::PAGE_SIZE);
-        self.counters.flush_events.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .pages_flushed
-            .fetch_add((end - start).div_ceil(L::PAGE_SIZE), Ordering::Relaxed);
+        self.counters.flush(&self.tlb, start, end, L::PAGE_SIZE);
         for (n, list) in &taken {
             self.nodes.with_lazy(*n, |nl| {
                 for r in list {

@@ -337,12 +337,7 @@ where
             (Some((s1, e1)), Some((s2, e2))) => (s1.min(s2), e1.max(e2)),
         };
         let ps = L::PAGE_SIZE;
-        self.tlb
-            .flush_range(VirtAddr::new(start), VirtAddr::new(end), ps);
-        self.counters.flush_events.fetch_add(1, Relaxed);
-        self.counters
-            .pages_flushed
-            .fetch_add((end - start).div_ceil(ps), Relaxed);
+        self.counters.flush(&self.tlb, start, end, ps);
         let Some(batch) = batch else {
             return PurgeReport {
                 start,
@@ -416,45 +411,24 @@ where
             return Err(VmallocError::UnalignedFrame { frame: f.as_u64() });
         }
         let ps = L::PAGE_SIZE;
-        let mut cb = self.blocks.cpus[cpu % self.blocks.cpus.len()].lock();
-        let carved = match cb.carve(n) {
-            Some(x) => Some(x),
-            None => {
-                // Reuse freed space once flushed: one flush of this CPU's
-                // dirty pages, then try again.
-                let (u, snap) = cb.dirty(ps);
-                u.and_then(|(s, e)| {
-                    self.tlb.flush_range(VirtAddr::new(s), VirtAddr::new(e), ps);
-                    self.counters.flush_events.fetch_add(1, Relaxed);
-                    self.counters
-                        .pages_flushed
-                        .fetch_add((e - s).div_ceil(ps), Relaxed);
-                    cb.flushed(&snap);
-                    cb.carve(n)
-                })
-            }
-        };
-        let (bstart, i) = match carved {
-            Some(x) => x,
-            None => {
-                let va = self.with_retry(|| {
+        self.blocks.map_ram(
+            cpu,
+            n,
+            ps,
+            |s, e| self.counters.flush(&self.tlb, s, e, ps),
+            || {
+                self.with_retry(|| {
                     let va = self.reserve_aligned(VMAP_BBMAP_BITS, VMAP_BBMAP_BITS * ps)?;
                     self.publish(va, VMAP_BBMAP_BITS, "vmap_block", AreaKind::VmapBlock);
                     Ok(va)
-                })?;
-                cb.add(va.as_u64());
-                // Cannot fail: the block is new and n <= VMAP_MAX_ALLOC.
-                cb.carve(n).ok_or(VmallocError::ZeroSize)?
-            }
-        };
-        let va = VirtAddr::new(bstart + i * ps);
-        let end = VirtAddr::new(va.as_u64() + n * ps);
-        self.check.on_alloc(va, end);
-        if let Err(e) = self.map.map_frames(va, frames, flags) {
-            cb.uncarve(bstart, i, n);
-            return Err(e);
-        }
-        Ok(va)
+                })
+                .map(|va| va.as_u64())
+            },
+            |va| {
+                self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
+                self.map.map_frames(va, frames, flags)
+            },
+        )
     }
 
     /// `vm_unmap_ram(addr, count)`: undoes a [`vm_map_ram`](Self::vm_map_ram)

@@ -250,6 +250,46 @@ impl<R: RawMutex> VmapBlocks<R> {
         }
     }
 
+    /// The block half of `vm_map_ram`, shared by both fronts: carves `n`
+    /// pages (`1..=VMAP_MAX_ALLOC`, checked by the caller) from `cpu`'s
+    /// blocks under that CPU's lock only. When they have no room, one
+    /// `flush(start, end)` of the CPU's dirty range makes its dirty pages
+    /// reusable; when that is not enough, `new_block()` (the front's own
+    /// reservation, which publishes the block) supplies a fresh block.
+    /// `map(va)` then maps the frames; if it fails, the pages are given back.
+    pub(crate) fn map_ram(
+        &self,
+        cpu: usize,
+        n: u64,
+        page_size: u64,
+        flush: impl FnOnce(u64, u64),
+        new_block: impl FnOnce() -> Result<u64, VmallocError>,
+        map: impl FnOnce(VirtAddr) -> Result<(), VmallocError>,
+    ) -> Result<VirtAddr, VmallocError> {
+        let mut cb = self.cpus[cpu % self.cpus.len()].lock();
+        let carved = cb.carve(n).or_else(|| {
+            let (dirty, snap) = cb.dirty(page_size);
+            let (s, e) = dirty?;
+            flush(s, e);
+            cb.flushed(&snap);
+            cb.carve(n)
+        });
+        let (bstart, i) = match carved {
+            Some(x) => x,
+            None => {
+                cb.add(new_block()?);
+                // Cannot fail: the block is new and n <= VMAP_MAX_ALLOC.
+                cb.carve(n).ok_or(VmallocError::ZeroSize)?
+            }
+        };
+        let va = VirtAddr::new(bstart + i * page_size);
+        if let Err(e) = map(va) {
+            cb.uncarve(bstart, i, n);
+            return Err(e);
+        }
+        Ok(va)
+    }
+
     /// The block half of `vm_unmap_ram`, shared by both fronts: finds the CPU
     /// block holding `count` mapped pages at `addr`, clears their entries with
     /// `unmap(start, end)` under that block's lock, and marks them dirty.

@@ -184,6 +184,38 @@ mod bare_metal {
                 }
             }
         }
+
+        /// The same barriers once around every range of the list; a full
+        /// flush if together they cover more than the ceiling.
+        fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+            let mut total = 0u64;
+            for &(s, e) in ranges {
+                if let RangeFlush::Pages { count, .. } =
+                    plan_range_flush::<G>(s, e, page_size, u64::MAX)
+                {
+                    total = total.saturating_add(count);
+                }
+            }
+            if total == 0 {
+                return;
+            }
+            if total > self.ceiling {
+                return self.flush_all();
+            }
+            dsb_ishst();
+            for &(s, e) in ranges {
+                if let RangeFlush::Pages { first, step, count } =
+                    plan_range_flush::<G>(s, e, page_size, u64::MAX)
+                {
+                    let mut va = first.as_u64();
+                    for _ in 0..count {
+                        tlbi_vae1is(tlbi_va_operand::<G>(VirtAddr::new(va)));
+                        va = va.wrapping_add(step);
+                    }
+                }
+            }
+            dsb_ish_isb();
+        }
     }
 }
 

@@ -71,6 +71,14 @@ pub fn busy_wait_ns(ns: u64) {
 
 static SPINS_PER_US: OnceLock<u64> = OnceLock::new();
 
+/// Calibrates [`busy_wait_ns`] now (about 1 ms, once per process) rather
+/// than inside the first charged flush, where it would land in a timed
+/// region: [`SoftTlb::new`](crate::SoftTlb::new) calls it when the model
+/// charges anything.
+pub fn calibrate_busy_wait() {
+    SPINS_PER_US.get_or_init(calibrate);
+}
+
 fn spin(n: u64) {
     for _ in 0..n {
         core::hint::spin_loop();
@@ -101,6 +109,8 @@ mod tests {
     #[test]
     fn zero_cost_returns_at_once_and_defaults_are_documented_values() {
         busy_wait_ns(0);
+        calibrate_busy_wait();
+        assert!(SPINS_PER_US.get().is_some_and(|&n| n >= 1));
         let d = CostModel::default();
         assert_eq!(
             (d.page_flush_ns, d.full_flush_ns, d.ipi_ns),

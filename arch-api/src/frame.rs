@@ -38,8 +38,41 @@ pub trait FrameSource: Sync {
     /// Allocates `size` bytes of contiguous frames aligned to `align` bytes.
     fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError>;
 
+    /// Fills `out` with frames of `size` bytes aligned to `align`, one
+    /// [`alloc`](Self::alloc) each: all of them or, on error, none (those
+    /// taken are returned before the error is). A source behind a lock
+    /// takes it once (vmalloc asks for all its pages at once).
+    fn alloc_many(&self, size: u64, align: u64, out: &mut [PhysAddr]) -> Result<(), FrameError> {
+        for i in 0..out.len() {
+            match self.alloc(size, align) {
+                Ok(f) => out[i] = f,
+                Err(e) => {
+                    for &f in &out[..i] {
+                        // Just taken from this source: cannot be refused.
+                        let _ = self.free(f, size);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Returns a range obtained from [`alloc`](Self::alloc) with the same `size`.
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError>;
+
+    /// Returns a batch of `(addr, size)` ranges, as a TLB gather does after
+    /// its flush (Linux's `release_pages`): a source behind a lock takes it
+    /// once for the whole batch. Every range is attempted; each one refused
+    /// is passed to `failed` with the reason, the rest are freed. The
+    /// default frees them one by one.
+    fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
+        for &(addr, size) in ranges {
+            if let Err(e) = self.free(addr, size) {
+                failed(addr, e);
+            }
+        }
+    }
 }
 
 /// How the kernel reaches physical memory (Linux's direct map, `__va`).

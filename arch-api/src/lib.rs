@@ -43,7 +43,7 @@ pub use addr::{PhysAddr, VirtAddr};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};
 pub use frame::{FrameError, FrameSource, OffsetPhysMap, PhysMap};
 pub use layout::{EntryKind, LayoutInfo, MapFlags, PageTableEntry, PageTableLayout};
-pub use tlb::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush};
+pub use tlb::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush, range_list_pages};
 
 #[cfg(feature = "std")]
 pub use cost::CostModel;

@@ -22,6 +22,8 @@ pub struct PhysArena {
     host: NonNull<u8>,
     layout: Layout,
     granule: u64,
+    /// `log2(granule)`: frees divide by the granule per frame.
+    granule_shift: u32,
     frames: u64,
     in_use: AtomicU64,
     state: Mutex<ArenaState>,
@@ -76,6 +78,7 @@ impl PhysArena {
             host,
             layout,
             granule,
+            granule_shift: granule.trailing_zeros(),
             frames,
             in_use: AtomicU64::new(0),
             state: Mutex::new(ArenaState {
@@ -101,6 +104,7 @@ impl PhysArena {
     }
 
     /// Whether `[addr, addr + size)` lies inside the arena.
+    #[inline]
     pub fn contains(&self, addr: PhysAddr, size: u64) -> bool {
         let base = Self::BASE.as_u64();
         addr.as_u64() >= base
@@ -110,45 +114,148 @@ impl PhysArena {
                 .is_some_and(|end| end <= base + self.frames * self.granule)
     }
 
+    #[inline]
     fn frames_for(&self, size: u64) -> Result<u64, FrameError> {
-        if size == 0 || size % self.granule != 0 {
+        if size == 0 || size & (self.granule - 1) != 0 {
             return Err(FrameError::BadLayout);
         }
-        Ok(size / self.granule)
+        Ok(size >> self.granule_shift)
     }
 }
 
 impl ArenaState {
-    fn is_set(&self, i: u64) -> bool {
-        self.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0
+    /// The words the frames `[start, start + count)` occupy, each with the
+    /// mask of the run's bits in it.
+    fn words(start: u64, count: u64) -> impl Iterator<Item = (usize, u64)> {
+        let end = start + count;
+        let mut i = start;
+        core::iter::from_fn(move || {
+            if i >= end {
+                return None;
+            }
+            let (w, b) = (i / 64, i % 64);
+            let n = (end - i).min(64 - b);
+            i += n;
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << b
+            };
+            Some((w as usize, mask))
+        })
     }
 
+    /// The word and mask of `[start, start + count)` when the run lies in
+    /// one word (every base page and page table of the hosted workloads).
+    #[inline(always)]
+    fn one_word(start: u64, count: u64) -> Option<(usize, u64)> {
+        let b = start % 64;
+        (count < 64 && b + count <= 64).then(|| ((start / 64) as usize, ((1u64 << count) - 1) << b))
+    }
+
+    #[inline]
+    fn all_set(&self, start: u64, count: u64) -> bool {
+        if let Some((w, m)) = Self::one_word(start, count) {
+            return self.bitmap[w] & m == m;
+        }
+        Self::words(start, count).all(|(w, m)| self.bitmap[w] & m == m)
+    }
+
+    #[inline]
     fn set_range(&mut self, start: u64, count: u64, on: bool) {
-        for i in start..start + count {
-            let (w, b) = ((i / 64) as usize, i % 64);
+        if let Some((w, m)) = Self::one_word(start, count) {
             if on {
-                self.bitmap[w] |= 1 << b;
+                self.bitmap[w] |= m;
             } else {
-                self.bitmap[w] &= !(1 << b);
+                self.bitmap[w] &= !m;
+            }
+            return;
+        }
+        for (w, m) in Self::words(start, count) {
+            if on {
+                self.bitmap[w] |= m;
+            } else {
+                self.bitmap[w] &= !m;
             }
         }
     }
 
+    /// The first allocated frame in `[start, start + count)`, if any.
+    fn first_set(&self, start: u64, count: u64) -> Option<u64> {
+        Self::words(start, count).find_map(|(w, m)| {
+            let busy = self.bitmap[w] & m;
+            (busy != 0).then(|| w as u64 * 64 + u64::from(busy.trailing_zeros()))
+        })
+    }
+
     /// First-fit: the lowest `align`-aligned run of `count` free frames.
     fn find_run(&self, frames: u64, count: u64, align: u64) -> Option<u64> {
+        if count <= align && align <= 64 {
+            return self.find_run_in_words(frames, count, align);
+        }
         let mut start = self.hint.next_multiple_of(align);
         while start + count <= frames {
-            // Skip whole allocated words quickly for single frames.
-            if count == 1 && align == 1 && self.bitmap[(start / 64) as usize] == u64::MAX {
-                start = (start / 64 + 1) * 64;
-                continue;
-            }
-            match (start..start + count).find(|&i| self.is_set(i)) {
+            match self.first_set(start, count) {
                 Some(busy) => start = (busy + 1).next_multiple_of(align),
                 None => return Some(start),
             }
         }
         None
+    }
+
+    /// [`find_run`](Self::find_run) when an aligned run cannot cross a word
+    /// (`count <= align <= 64`, both powers of two): word by word, the
+    /// positions that start `count` clear bits, at aligned offsets, from the
+    /// hint on — a page table or a base page costs a few word operations
+    /// instead of a probe per aligned slot.
+    fn find_run_in_words(&self, frames: u64, count: u64, align: u64) -> Option<u64> {
+        // Bit i set when offset i is a multiple of `align`.
+        let aligned = u64::MAX / ((1u128 << align) - 1) as u64;
+        let w0 = (self.hint / 64) as usize;
+        let below_hint = (1u64 << (self.hint % 64)) - 1;
+        for (i, &word) in self.bitmap[w0..].iter().enumerate() {
+            let free = if i == 0 { !(word | below_hint) } else { !word };
+            // Shift-and: bit j stays set when bits j .. j + count are clear.
+            let (mut run, mut have) = (free, 1);
+            while have < count {
+                let step = have.min(count - have);
+                run &= run >> step;
+                have += step;
+            }
+            run &= aligned;
+            if run != 0 {
+                let f = (w0 + i) as u64 * 64 + u64::from(run.trailing_zeros());
+                return (f + count <= frames).then_some(f);
+            }
+        }
+        None
+    }
+
+    /// Clears `count` frames at `start` after checking every one is set.
+    #[inline(always)]
+    fn release(&mut self, start: u64, count: u64) -> Result<(), FrameError> {
+        if !self.all_set(start, count) {
+            return Err(FrameError::NotAllocated);
+        }
+        self.set_range(start, count, false);
+        self.hint = self.hint.min(start);
+        Ok(())
+    }
+}
+
+impl PhysArena {
+    /// The frame index and count of a range to free, if it is a granule
+    /// multiple inside the arena.
+    #[inline]
+    fn frame_span(&self, addr: PhysAddr, size: u64) -> Result<(u64, u64), FrameError> {
+        let count = self.frames_for(size)?;
+        if !self.contains(addr, size) || !addr.is_aligned(self.granule) {
+            return Err(FrameError::NotAllocated);
+        }
+        Ok((
+            (addr.as_u64() - Self::BASE.as_u64()) >> self.granule_shift,
+            count,
+        ))
     }
 }
 
@@ -158,37 +265,65 @@ impl FrameSource for PhysArena {
     }
 
     fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let mut one = [PhysAddr::new(0)];
+        self.alloc_many(size, align, &mut one)?;
+        Ok(one[0])
+    }
+
+    /// One lock round trip for all of `out`.
+    fn alloc_many(&self, size: u64, align: u64, out: &mut [PhysAddr]) -> Result<(), FrameError> {
         let count = self.frames_for(size)?;
         if !align.is_power_of_two() {
             return Err(FrameError::BadLayout);
         }
-        let align_frames = (align / self.granule).max(1);
+        let align_frames = (align >> self.granule_shift).max(1);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let start = st
-            .find_run(self.frames, count, align_frames)
-            .ok_or(FrameError::OutOfFrames)?;
-        st.set_range(start, count, true);
-        if start == st.hint {
-            st.hint = start + count;
+        for i in 0..out.len() {
+            let Some(start) = st.find_run(self.frames, count, align_frames) else {
+                for f in &out[..i] {
+                    let start = (f.as_u64() - Self::BASE.as_u64()) >> self.granule_shift;
+                    st.set_range(start, count, false);
+                    st.hint = st.hint.min(start);
+                }
+                return Err(FrameError::OutOfFrames);
+            };
+            st.set_range(start, count, true);
+            if start == st.hint {
+                st.hint = start + count;
+            }
+            out[i] = PhysAddr::new(Self::BASE.as_u64() + (start << self.granule_shift));
         }
-        self.in_use.fetch_add(count, Ordering::Relaxed);
-        Ok(PhysAddr::new(Self::BASE.as_u64() + start * self.granule))
+        drop(st);
+        self.in_use
+            .fetch_add(count * out.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
-        let count = self.frames_for(size)?;
-        if !self.contains(addr, size) || !addr.is_aligned(self.granule) {
-            return Err(FrameError::NotAllocated);
-        }
-        let start = (addr.as_u64() - Self::BASE.as_u64()) / self.granule;
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if (start..start + count).any(|i| !st.is_set(i)) {
-            return Err(FrameError::NotAllocated);
-        }
-        st.set_range(start, count, false);
-        st.hint = st.hint.min(start);
+        let (start, count) = self.frame_span(addr, size)?;
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(start, count)?;
         self.in_use.fetch_sub(count, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// One lock round trip for the whole batch.
+    fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
+        let mut freed = 0;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for &(addr, size) in ranges {
+            match self
+                .frame_span(addr, size)
+                .and_then(|(start, count)| st.release(start, count).map(|()| count))
+            {
+                Ok(count) => freed += count,
+                Err(e) => failed(addr, e),
+            }
+        }
+        drop(st);
+        self.in_use.fetch_sub(freed, Ordering::Relaxed);
     }
 }
 
@@ -260,6 +395,75 @@ mod tests {
             assert_eq!(*p2, 0x55);
         }
         assert_eq!(p2 as usize - p1 as usize, K4 as usize);
+    }
+
+    #[test]
+    fn runs_across_words_and_single_frames_after_full_words() {
+        let a = PhysArena::new(200 * K4, K4).unwrap();
+        // Fill the first two words, then free a run that straddles them.
+        let all: Vec<_> = (0..130).map(|_| a.alloc(K4, K4).unwrap()).collect();
+        assert_eq!(all[129], PhysAddr::new(PhysArena::BASE.as_u64() + 129 * K4));
+        for f in &all[60..70] {
+            a.free(*f, K4).unwrap();
+        }
+        // An 8-frame run aligned to 8 frames does not fit in 60..70 (64..72
+        // meets the busy 70): the first fit is past the busy frames, at 136.
+        let run = a.alloc(8 * K4, 8 * K4).unwrap();
+        assert_eq!(run, PhysAddr::new(PhysArena::BASE.as_u64() + 136 * K4));
+        assert_eq!(a.alloc(K4, K4), Ok(all[60]), "lowest free frame first");
+        assert_eq!(a.free(run, 9 * K4), Err(FrameError::NotAllocated));
+        assert_eq!(a.frames_in_use(), 130 - 10 + 8 + 1);
+        // The last frames of a partial last word are usable, none beyond.
+        let rest: Vec<_> = core::iter::from_fn(|| a.alloc(K4, K4).ok()).collect();
+        assert_eq!(a.frames_in_use(), 200);
+        assert_eq!(
+            rest.last(),
+            Some(&PhysAddr::new(PhysArena::BASE.as_u64() + 199 * K4))
+        );
+    }
+
+    #[test]
+    fn alloc_many_takes_all_or_nothing() {
+        let a = PhysArena::new(8 * K4, K4).unwrap();
+        let mut three = [PhysAddr::new(0); 3];
+        a.alloc_many(K4, K4, &mut three).unwrap();
+        assert_eq!(three[2], PhysAddr::new(PhysArena::BASE.as_u64() + 2 * K4));
+        assert_eq!(a.frames_in_use(), 3);
+        let mut six = [PhysAddr::new(0); 6];
+        assert_eq!(a.alloc_many(K4, K4, &mut six), Err(FrameError::OutOfFrames));
+        assert_eq!(a.frames_in_use(), 3, "the five that fitted were given back");
+        assert_eq!(a.alloc(K4, K4), Ok(PhysAddr::new(PhysArena::BASE.as_u64() + 3 * K4)));
+        assert_eq!(a.alloc_many(100, K4, &mut six), Err(FrameError::BadLayout));
+        a.alloc_many(K4, K4, &mut []).unwrap();
+        assert_eq!(a.frames_in_use(), 4);
+    }
+
+    #[test]
+    fn free_many_frees_what_it_can_and_reports_the_rest() {
+        let a = PhysArena::new(16 * K4, K4).unwrap();
+        let f: Vec<_> = (0..4).map(|_| a.alloc(K4, K4).unwrap()).collect();
+        let two = a.alloc(2 * K4, K4).unwrap();
+        let mut bad = Vec::new();
+        a.free_many(
+            &[
+                (f[0], K4),
+                (f[0], K4),
+                (two, 2 * K4),
+                (f[2], 100),
+                (f[3], K4),
+            ],
+            &mut |addr, e| bad.push((addr, e)),
+        );
+        assert_eq!(
+            bad,
+            [
+                (f[0], FrameError::NotAllocated),
+                (f[2], FrameError::BadLayout)
+            ]
+        );
+        // f[1] and f[2] remain.
+        assert_eq!(a.frames_in_use(), 2);
+        assert_eq!(a.alloc(K4, K4), Ok(f[0]));
     }
 
     #[test]

@@ -82,6 +82,9 @@ impl SoftTlb {
             "page size must be a power of two"
         );
         let page_shift = page_size.trailing_zeros();
+        if cost != CostModel::FREE {
+            crate::cost::calibrate_busy_wait();
+        }
         Self {
             page_shift,
             ceiling: DEFAULT_FLUSH_CEILING_PAGES,
@@ -210,33 +213,53 @@ impl SoftTlb {
     }
 
     /// One flush event initiated by CPU `from` reaching every CPU (or, with
-    /// the cpumask on, those that may hold the range): `None` flushes
-    /// everything.
-    fn flush(&self, from: usize, range: Option<(VirtAddr, VirtAddr)>) {
-        let span = match range {
-            Some((s, e)) if e <= s => return,
-            Some((s, e)) => Some(self.page_span(s, e)),
-            None => None,
-        };
+    /// the cpumask on, those that may hold the ranges): `None` flushes
+    /// everything, a list of ranges flushes their pages (all of them, or
+    /// everything if together they exceed the ceiling) with one shootdown.
+    fn flush(&self, from: usize, ranges: Option<&[(VirtAddr, VirtAddr)]>) {
+        // At most this many page spans are flushed one by one; a longer
+        // list is a full flush (a gather sends a handful).
+        const MAX_SPANS: usize = 16;
+        let mut spans = [(0u64, 0u64); MAX_SPANS];
+        let mut n = 0;
+        let mut pages = 0u64;
+        let mut full = ranges.is_none();
+        for &(s, e) in ranges.unwrap_or(&[]) {
+            if e <= s {
+                continue;
+            }
+            let (first, last) = self.page_span(s, e);
+            pages = pages.saturating_add(last - first);
+            if n == MAX_SPANS || pages > self.ceiling {
+                full = true;
+                break;
+            }
+            spans[n] = (first, last);
+            n += 1;
+        }
+        if !full && n == 0 {
+            return; // only empty ranges: nothing to invalidate
+        }
+        let spans = &spans[..n];
         let c = &self.counters;
         let mut held = self.lock();
         // With the cpumask, a CPU left out of the shootdown holds nothing in
-        // the range (or it would have been interrupted) and keeps the rest.
-        let mut targets = self.cpumask.then(|| held.holders(span));
+        // the ranges (or it would have been interrupted) and keeps the rest.
+        let mut targets = self.cpumask.then(|| match ranges {
+            None => held.holders(None),
+            Some(list) => {
+                let mut m = held.holders(Some((0, 0))); // no CPU yet
+                for &(s, e) in list.iter().filter(|(s, e)| e > s) {
+                    held.holders_into(Some(self.page_span(s, e)), &mut m);
+                }
+                m
+            }
+        });
         let remote = match &targets {
             Some(m) => count_except(m, from),
             None => self.cpus as u64 - 1,
         };
         let mut cost = remote * self.cost.ipi_ns;
-        let full = match span {
-            Some((first, last)) if last - first <= self.ceiling => {
-                held.remove_range(first, last);
-                c.pages_flushed.fetch_add(last - first, Ordering::Relaxed);
-                cost += (last - first) * self.cost.page_flush_ns;
-                false
-            }
-            _ => true,
-        };
         if full {
             match &mut targets {
                 None => held.clear(),
@@ -247,6 +270,12 @@ impl SoftTlb {
             }
             c.full_flushes.fetch_add(1, Ordering::Relaxed);
             cost += self.cost.full_flush_ns;
+        } else {
+            for &(first, last) in spans {
+                held.remove_range(first, last);
+            }
+            c.pages_flushed.fetch_add(pages, Ordering::Relaxed);
+            cost += pages * self.cost.page_flush_ns;
         }
         drop(held);
         c.flush_events.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +310,7 @@ impl TlbFlush for SoftTlbCpu<'_> {
         let start = va.align_down(ps);
         self.tlb.flush(
             self.cpu,
-            Some((start, VirtAddr::new(start.as_u64().saturating_add(ps)))),
+            Some(&[(start, VirtAddr::new(start.as_u64().saturating_add(ps)))]),
         );
     }
 
@@ -294,7 +323,13 @@ impl TlbFlush for SoftTlbCpu<'_> {
     }
 
     fn flush_range(&self, start: VirtAddr, end: VirtAddr, _page_size: u64) {
-        self.tlb.flush(self.cpu, Some((start, end)));
+        self.tlb.flush(self.cpu, Some(&[(start, end)]));
+    }
+
+    /// One shootdown for the whole list: the remote CPUs are interrupted
+    /// once, each page is charged as a single-page flush.
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], _page_size: u64) {
+        self.tlb.flush(self.cpu, Some(ranges));
     }
 }
 
@@ -373,6 +408,52 @@ mod tests {
         assert_eq!(tlb.stats().cost_ns, 2 * 7 + 7 * 11 + 1000 + 7 * 11);
         tlb.reset_stats();
         assert_eq!(tlb.stats(), TlbStats::default());
+    }
+
+    #[test]
+    fn a_range_list_is_one_shootdown_for_its_pages() {
+        let cost = CostModel {
+            page_flush_ns: 7,
+            full_flush_ns: 1000,
+            ipi_ns: 11,
+        };
+        let tlb = SoftTlb::new(4, P, cost);
+        for p in [3, 1 << 20, 1 << 30, 5] {
+            tlb.touch(1, va(p));
+        }
+        let far = [
+            (va(3), va(4)),
+            (va(1 << 20), va((1 << 20) + 1)),
+            (va(9), va(9)),
+        ];
+        tlb.on(0).flush_ranges(&far, P);
+        let s = tlb.stats();
+        assert_eq!(
+            (s.flush_events, s.pages_flushed, s.full_flushes, s.ipis),
+            (1, 2, 0, 3),
+            "one event, two pages, the empty range ignored, one IPI per remote CPU"
+        );
+        assert_eq!(s.cost_ns, 2 * 7 + 3 * 11);
+        assert!(!tlb.may_hold(va(3), va(4)) && !tlb.may_hold(va(1 << 20), va((1 << 20) + 1)));
+        assert_eq!(tlb.held(1), 2, "pages 5 and 2^30 were not in the list");
+        // Together above the ceiling (33 pages): one full flush.
+        tlb.on(0)
+            .flush_ranges(&[(va(0), va(20)), (va(1 << 30), va((1 << 30) + 20))], P);
+        let s = tlb.stats();
+        assert_eq!((s.flush_events, s.full_flushes, s.pages_flushed), (2, 1, 2));
+        assert_eq!(tlb.held(1), 0);
+        // Only empty ranges: no event at all.
+        tlb.on(0).flush_ranges(&[(va(7), va(7))], P);
+        tlb.on(0).flush_ranges(&[], P);
+        assert_eq!(tlb.stats().flush_events, 2);
+        // With the cpumask: the union of the holders of every range.
+        let m = SoftTlb::new(4, P, cost).with_cpumask_shootdown(true);
+        m.touch(1, va(3));
+        m.touch(2, va(1 << 20));
+        m.touch(3, va(50));
+        m.on(0).flush_ranges(&far, P);
+        assert_eq!(m.stats().ipis, 2, "CPUs 1 and 2, not 3");
+        assert_eq!(m.held(3), 1);
     }
 
     #[test]

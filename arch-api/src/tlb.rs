@@ -45,6 +45,33 @@ pub trait TlbFlush {
             va = VirtAddr::new(va.as_u64() + page_size);
         }
     }
+
+    /// Invalidates several disjoint `[start, end)` ranges as one event (a
+    /// flush list, as Windows' `KeFlushMultipleTb`; Linux flushes one range
+    /// per `mmu_gather`): page by page if together they cover at most
+    /// [`flush_ceiling_pages`](Self::flush_ceiling_pages) pages, a full
+    /// flush beyond. A gather whose pages lie far apart then invalidates
+    /// just those pages instead of everything between them. Backends that
+    /// pay per shootdown override this to interrupt the other CPUs once.
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+        if range_list_pages(ranges, page_size) > self.flush_ceiling_pages() {
+            self.flush_all();
+            return;
+        }
+        for &(start, end) in ranges {
+            self.flush_range(start, end, page_size);
+        }
+    }
+}
+
+/// Pages of `page_size` bytes touched by the `[start, end)` ranges, counted
+/// per range (empty ranges count 0); saturates instead of overflowing.
+pub fn range_list_pages(ranges: &[(VirtAddr, VirtAddr)], page_size: u64) -> u64 {
+    ranges
+        .iter()
+        .filter(|(s, e)| e > s)
+        .map(|&(s, e)| (e.as_u64() - s.align_down(page_size).as_u64()).div_ceil(page_size))
+        .fold(0u64, u64::saturating_add)
 }
 
 impl<T: TlbFlush + ?Sized> TlbFlush for &T {
@@ -59,6 +86,9 @@ impl<T: TlbFlush + ?Sized> TlbFlush for &T {
     }
     fn flush_range(&self, start: VirtAddr, end: VirtAddr, page_size: u64) {
         (**self).flush_range(start, end, page_size)
+    }
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+        (**self).flush_ranges(ranges, page_size)
     }
 }
 
@@ -97,5 +127,34 @@ mod tests {
         assert_eq!(r.pages.borrow().len(), 33);
         r.flush_range(VirtAddr::new(0x5000), VirtAddr::new(0x5000), 0x1000);
         assert_eq!(r.pages.borrow().len(), 33, "an empty range flushes nothing");
+    }
+
+    #[test]
+    fn range_list_flushes_its_pages_or_everything_past_the_ceiling() {
+        let r = Recorder::default();
+        let v = VirtAddr::new;
+        // Three pages a terabyte apart: three page flushes, no full flush.
+        let far = [
+            (v(0x1000), v(0x2000)),
+            (v(1 << 40), v((1 << 40) + 0x1000)),
+            (v(1 << 41), v((1 << 41) + 0x800)),
+        ];
+        assert_eq!(range_list_pages(&far, 0x1000), 3);
+        r.flush_ranges(&far, 0x1000);
+        assert_eq!(*r.pages.borrow(), [0x1000, 1 << 40, 1 << 41]);
+        assert_eq!(*r.full.borrow(), 0);
+        // 20 + 14 pages: above the ceiling of 33 together, one full flush.
+        let big = [
+            (v(0), v(20 * 0x1000)),
+            (v(1 << 40), v((1 << 40) + 14 * 0x1000)),
+        ];
+        r.flush_ranges(&big, 0x1000);
+        assert_eq!(*r.full.borrow(), 1);
+        assert_eq!(r.pages.borrow().len(), 3);
+        // Empty ranges and an empty list flush nothing.
+        r.flush_ranges(&[(v(0x5000), v(0x5000))], 0x1000);
+        r.flush_ranges(&[], 0x1000);
+        assert_eq!((r.pages.borrow().len(), *r.full.borrow()), (3, 1));
+        assert_eq!(range_list_pages(&[(v(0), v(u64::MAX))], 1), u64::MAX);
     }
 }

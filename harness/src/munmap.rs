@@ -59,11 +59,13 @@ pub struct MunmapArgs {
     /// the frame source, and each map allocates and zeroes them again.
     #[arg(long, default_value_t = 16)]
     pub table_stock: u64,
-    /// Which remote CPUs a flush interrupts: `all` (global kernel
-    /// mappings, every other CPU) or `mm` (a user mm's cpumask: only CPUs
-    /// that may hold a translation of the range; the workload touches
-    /// nothing, so none).
-    #[arg(long, value_enum, default_value = "all")]
+    /// Which remote CPUs a flush interrupts: `mm` (the default: story 2 is
+    /// a user process's munmap, and Linux's `flush_tlb_mm_range` interrupts
+    /// only the CPUs in the mm's cpumask, i.e. those that may hold a
+    /// translation of the range; this one-thread workload touches nothing
+    /// from another CPU, so none) or `all` (every other CPU, as for global
+    /// kernel mappings such as vmalloc's).
+    #[arg(long, value_enum, default_value = "mm")]
     pub tlb_cpumask: CpuMask,
 }
 

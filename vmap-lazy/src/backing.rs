@@ -83,11 +83,33 @@ impl<M: FrameSource + PhysMap + ?Sized> FrameSource for VmallocMem<'_, M> {
         Ok(a)
     }
 
+    fn alloc_many(&self, size: u64, align: u64, out: &mut [PhysAddr]) -> Result<(), FrameError> {
+        self.mem.alloc_many(size, align, out)?;
+        self.bytes_out
+            .fetch_add(size * out.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
         if self.keep_frees.load(Ordering::Relaxed) {
             return Ok(());
         }
         self.free_owned(addr, size)
+    }
+
+    fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
+        if self.keep_frees.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut returned: u64 = ranges.iter().map(|r| r.1).sum();
+        self.mem.free_many(ranges, &mut |addr, e| {
+            // Rare: find what was refused so it stays counted as out.
+            if let Some(r) = ranges.iter().find(|r| r.0 == addr) {
+                returned -= r.1;
+            }
+            failed(addr, e);
+        });
+        self.bytes_out.fetch_sub(returned, Ordering::Relaxed);
     }
 }
 

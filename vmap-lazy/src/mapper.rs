@@ -77,15 +77,10 @@ where
             heap.resize(pages as usize, PhysAddr::new(0));
             &mut heap[..]
         };
-        for i in 0..frames.len() {
-            match self.mem.alloc(L::PAGE_SIZE, L::PAGE_SIZE) {
-                Ok(f) => frames[i] = f,
-                Err(e) => {
-                    self.free_frames(&frames[..i]);
-                    return Err(VmallocError::OutOfFrames(e));
-                }
-            }
-        }
+        // All or none: on error the source has taken back what it gave.
+        self.mem
+            .alloc_many(L::PAGE_SIZE, L::PAGE_SIZE, frames)
+            .map_err(VmallocError::OutOfFrames)?;
         let frames = &*frames;
         #[cfg(feature = "debug")]
         self.poison_frames(frames, 0xa5);

@@ -5,17 +5,28 @@
 //! cached, nor the MMU from walking a table it already reached. So the walker
 //! clears entries, records the frames and table pages here, and only when a
 //! batch ends (the buffer is full, the budget forces a lock break, or the zap
-//! is done) does the gather flush the range it touched, once, through
-//! [`TlbFlush::flush_range`] (which turns a range above the flush ceiling
-//! into a full flush), and then the walker frees the batch. Order: clear
-//! entries, flush, free — never free before the flush.
+//! is done) does the gather flush what it touched, once, and then the
+//! walker frees the batch, frames in one [`FrameSource::free_many`] call
+//! (one lock round trip, as Linux's `release_pages`). Order: clear entries,
+//! flush, free — never free before the flush.
+//!
+//! What it touched is kept as up to [`FLUSH_RANGES`] disjoint ranges rather
+//! than one `[min, max]`: a zap whose few pages lie far apart (a sparse
+//! mapping, the 1 TiB cycle of story 2) then invalidates those pages through
+//! [`TlbFlush::flush_ranges`] in one shootdown instead of everything between
+//! them; past the flush ceiling it is a full flush either way.
+//!
+//! [`FrameSource::free_many`]: arch_api::FrameSource::free_many
 
-use arch_api::{PhysAddr, TlbFlush, VirtAddr};
+use arch_api::{PhysAddr, TlbFlush, VirtAddr, range_list_pages};
 use arrayvec::ArrayVec;
 
 /// Default batch capacity: about one page of records, as Linux's
 /// `MAX_GATHER_BATCH` is one page of pointers.
 pub const DEFAULT_BATCH: usize = 256;
+
+/// Disjoint ranges a gather tracks before merging the nearest two.
+pub const FLUSH_RANGES: usize = 4;
 
 /// What a batched record frees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,10 +69,9 @@ pub struct GatherStats {
 pub struct Gather<T: TlbFlush, const N: usize = DEFAULT_BATCH> {
     tlb: T,
     pub(crate) batch: ArrayVec<Freed, N>,
-    /// First address touched since the last flush; `u64::MAX` when none.
-    start: u64,
-    /// Last address (inclusive) touched since the last flush.
-    last: u64,
+    /// Ranges touched since the last flush, `[first, last]` inclusive,
+    /// sorted, disjoint and not adjacent.
+    ranges: ArrayVec<(u64, u64), FLUSH_RANGES>,
     freed_tables: bool,
     pub(crate) stats: GatherStats,
 }
@@ -73,8 +83,7 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
         Self {
             tlb,
             batch: ArrayVec::new(),
-            start: u64::MAX,
-            last: 0,
+            ranges: ArrayVec::new(),
             freed_tables: false,
             stats: GatherStats::default(),
         }
@@ -97,12 +106,24 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
 
     /// Whether nothing is pending (no record, no range to flush).
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.start == u64::MAX
+        self.batch.is_empty() && self.ranges.is_empty()
     }
 
-    /// The range touched since the last flush, `[start, last]` inclusive.
+    /// The span of everything touched since the last flush, `[first, last]`
+    /// inclusive (the flush itself covers only [`pending_ranges`]).
+    ///
+    /// [`pending_ranges`]: Self::pending_ranges
     pub fn pending_range(&self) -> Option<(VirtAddr, VirtAddr)> {
-        (self.start != u64::MAX).then(|| (VirtAddr::new(self.start), VirtAddr::new(self.last)))
+        let (first, last) = (self.ranges.first()?, self.ranges.last()?);
+        Some((VirtAddr::new(first.0), VirtAddr::new(last.1)))
+    }
+
+    /// The ranges the next flush will invalidate, `[first, last]` inclusive,
+    /// in address order.
+    pub fn pending_ranges(&self) -> impl Iterator<Item = (VirtAddr, VirtAddr)> + '_ {
+        self.ranges
+            .iter()
+            .map(|&(f, l)| (VirtAddr::new(f), VirtAddr::new(l)))
     }
 
     /// Whether a table page is waiting in this batch.
@@ -116,27 +137,89 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
     }
 
     /// Records that `[start, last]` had translations removed.
+    #[inline]
     pub(crate) fn note_range(&mut self, start: u64, last: u64) {
-        self.start = self.start.min(start);
-        self.last = self.last.max(last);
+        // The common case, a walk going up in address order: the new range
+        // meets or follows the last one.
+        let full = self.ranges.is_full();
+        match self.ranges.last_mut() {
+            Some(top) if start >= top.0 && start <= top.1.saturating_add(1) => {
+                top.1 = top.1.max(last);
+            }
+            // Further up, with room: a new last range.
+            Some(top) if start > top.1 && !full => {
+                self.ranges.push((start, last));
+            }
+            None => self.ranges.push((start, last)),
+            Some(_) => self.insert_range(start, last),
+        }
+    }
+
+    /// Inserts `[start, last]` in order, merging whatever it meets or
+    /// touches; when the list is full, merges the two ranges closest to
+    /// each other (their union is flushed, a superset, which is safe).
+    fn insert_range(&mut self, mut start: u64, mut last: u64) {
+        let r = &mut self.ranges;
+        // Ranges entirely below: end before start - 1.
+        let lo = r
+            .iter()
+            .take_while(|x| x.1.saturating_add(1) < start)
+            .count();
+        // Ranges met or touched: start at most last + 1.
+        let hi = lo
+            + r[lo..]
+                .iter()
+                .take_while(|x| x.0 <= last.saturating_add(1))
+                .count();
+        if hi > lo {
+            start = start.min(r[lo].0);
+            last = last.max(r[hi - 1].1);
+            r.drain(lo + 1..hi);
+            r[lo] = (start, last);
+            return;
+        }
+        if r.is_full() {
+            let i = (0..r.len() - 1)
+                .min_by_key(|&i| r[i + 1].0 - r[i].1)
+                .unwrap_or(0);
+            r[i].1 = r[i + 1].1;
+            r.remove(i + 1);
+            // The merge may have moved the slot the new range belongs in.
+            return self.insert_range(start, last);
+        }
+        r.insert(lo, (start, last));
     }
 
     /// Records that a table translating `[first, last]` was unlinked, with
     /// `at`, a page inside that span, as the fallback: the flush must
     /// invalidate at least one address the table translated (that drops the
-    /// cached walks through it, see `flush`). If the range touched already
-    /// meets the span, its flush does so and nothing widens; otherwise the
-    /// page of the span nearest that range is added (or `at` if none).
+    /// cached walks through it, see `flush`). If a range touched already
+    /// meets the span, its flush does so and nothing is added; otherwise the
+    /// page of the span nearest a touched range is added (`at` if none), so
+    /// that it joins that range when they are adjacent.
     pub(crate) fn note_table(&mut self, first: u64, last: u64, at: u64, page_size: u64) {
-        let page = if self.start == u64::MAX {
-            at
-        } else if self.start <= last && first <= self.last {
-            return;
-        } else if self.last < first {
-            first
-        } else {
-            last & !(page_size - 1)
-        };
+        // Usually the last range noted lies in the span: the table is
+        // unlinked on the way back up from the leaves just cleared in it.
+        match self.ranges.last() {
+            Some(&(s, l)) if s <= last && first <= l => return,
+            None => return self.note_range(at, at + (page_size - 1)),
+            Some(_) => {}
+        }
+        let mut page = at;
+        let mut gap = u64::MAX;
+        for &(s, l) in &self.ranges {
+            if s <= last && first <= l {
+                return;
+            }
+            let (g, p) = if l < first {
+                (first - l, first)
+            } else {
+                (s - last, last & !(page_size - 1))
+            };
+            if g < gap {
+                (gap, page) = (g, p);
+            }
+        }
         self.note_range(page, page + (page_size - 1));
     }
 
@@ -148,24 +231,38 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
         self.batch.try_push(f).map_err(|e| e.element())
     }
 
-    /// Flushes the range touched, once, if any. A table page freed in this
-    /// batch had one page of its span noted when it was unlinked (as Linux's
-    /// `pte_free_tlb`), so the same invalidation drops cached walks through
-    /// it: backends must invalidate non-leaf walk entries too (arm64 uses
-    /// `tlbi vae1is`, not `vale1is`; x86 `invlpg` always does).
+    /// Flushes what was touched, once, if anything. A table page freed in
+    /// this batch had one page of its span noted when it was unlinked (as
+    /// Linux's `pte_free_tlb`), so the same invalidation drops cached walks
+    /// through it: backends must invalidate non-leaf walk entries too (arm64
+    /// uses `tlbi vae1is`, not `vale1is`; x86 `invlpg` always does).
     pub(crate) fn flush(&mut self, page_size: u64) {
-        if self.start != u64::MAX {
-            let end = self.last.saturating_add(1);
-            let pages = (end - self.start).div_ceil(page_size);
-            if pages > self.tlb.flush_ceiling_pages() {
-                self.stats.full_flushes += 1;
+        match self.ranges.len() {
+            0 => {}
+            1 => {
+                let (s, l) = self.ranges[0];
+                let end = l.saturating_add(1);
+                if (end - s).div_ceil(page_size) > self.tlb.flush_ceiling_pages() {
+                    self.stats.full_flushes += 1;
+                }
+                self.tlb
+                    .flush_range(VirtAddr::new(s), VirtAddr::new(end), page_size);
+                self.stats.flushes += 1;
             }
-            self.tlb
-                .flush_range(VirtAddr::new(self.start), VirtAddr::new(end), page_size);
-            self.stats.flushes += 1;
+            n => {
+                let mut list = [(VirtAddr::new(0), VirtAddr::new(0)); FLUSH_RANGES];
+                for (d, &(s, l)) in list.iter_mut().zip(&self.ranges) {
+                    *d = (VirtAddr::new(s), VirtAddr::new(l.saturating_add(1)));
+                }
+                let list = &list[..n];
+                if range_list_pages(list, page_size) > self.tlb.flush_ceiling_pages() {
+                    self.stats.full_flushes += 1;
+                }
+                self.tlb.flush_ranges(list, page_size);
+                self.stats.flushes += 1;
+            }
         }
-        self.start = u64::MAX;
-        self.last = 0;
+        self.ranges.clear();
         self.freed_tables = false;
     }
 
@@ -177,5 +274,126 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
             page_size,
         );
         self.stats.split_flushes += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::RefCell;
+    use std::vec::Vec;
+
+    /// Records each flush call: `Some(list)` for a page-range list, `None`
+    /// for a full flush.
+    #[derive(Default)]
+    struct Rec(RefCell<Vec<Option<Vec<(u64, u64)>>>>);
+
+    impl TlbFlush for &Rec {
+        fn flush_page(&self, va: VirtAddr) {
+            let v = va.as_u64();
+            self.0.borrow_mut().push(Some(std::vec![(v, v + 0x1000)]));
+        }
+        fn flush_all(&self) {
+            self.0.borrow_mut().push(None);
+        }
+        fn flush_range(&self, s: VirtAddr, e: VirtAddr, _ps: u64) {
+            self.0
+                .borrow_mut()
+                .push(Some(std::vec![(s.as_u64(), e.as_u64())]));
+        }
+        fn flush_ranges(&self, r: &[(VirtAddr, VirtAddr)], ps: u64) {
+            if range_list_pages(r, ps) > self.flush_ceiling_pages() {
+                return self.flush_all();
+            }
+            let l = r.iter().map(|(s, e)| (s.as_u64(), e.as_u64())).collect();
+            self.0.borrow_mut().push(Some(l));
+        }
+    }
+
+    const P: u64 = 0x1000;
+
+    fn page(g: &mut Gather<&Rec, 4>, n: u64) {
+        g.note_range(n * P, n * P + P - 1);
+    }
+
+    fn ranges(g: &Gather<&Rec, 4>) -> Vec<(u64, u64)> {
+        g.pending_ranges()
+            .map(|(s, l)| (s.as_u64(), l.as_u64()))
+            .collect()
+    }
+
+    #[test]
+    fn adjacent_and_overlapping_ranges_merge_far_ones_stay_apart() {
+        let rec = Rec::default();
+        let mut g: Gather<&Rec, 4> = Gather::new(&rec);
+        page(&mut g, 5);
+        page(&mut g, 6); // adjacent: one range
+        page(&mut g, 1 << 20);
+        page(&mut g, 2); // below: inserted in order
+        g.note_range(3 * P, 5 * P - 1); // fills the gap 3..4: merges 2..6
+        assert_eq!(
+            ranges(&g),
+            [(2 * P, 7 * P - 1), (1 << 32, (1 << 32) + P - 1)]
+        );
+        assert_eq!(
+            g.pending_range().map(|(s, l)| (s.as_u64(), l.as_u64())),
+            Some((2 * P, (1 << 32) + P - 1))
+        );
+        g.flush(P);
+        assert_eq!(
+            *rec.0.borrow(),
+            [Some(std::vec![(2 * P, 7 * P), (1 << 32, (1 << 32) + P)])]
+        );
+        assert!(g.is_empty() && g.pending_range().is_none());
+        assert_eq!((g.stats().flushes, g.stats().full_flushes), (1, 0));
+    }
+
+    #[test]
+    fn a_full_list_merges_the_two_closest_ranges() {
+        let rec = Rec::default();
+        let mut g: Gather<&Rec, 4> = Gather::new(&rec);
+        for n in [0, 100, 1000, 10_000] {
+            page(&mut g, n);
+        }
+        page(&mut g, 103); // fifth: 0 and 100 are the closest pair
+        assert_eq!(
+            ranges(&g),
+            [
+                (0, 101 * P - 1),
+                (103 * P, 104 * P - 1),
+                (1000 * P, 1001 * P - 1),
+                (10_000 * P, 10_001 * P - 1)
+            ]
+        );
+        // 101 + 1 + 1 + 1 pages: above the ceiling, so one full flush.
+        g.flush(P);
+        assert_eq!(*rec.0.borrow(), [None]);
+        assert_eq!(g.stats().full_flushes, 1);
+    }
+
+    #[test]
+    fn a_table_is_named_by_a_touched_range_or_its_nearest_page() {
+        let rec = Rec::default();
+        let mut g: Gather<&Rec, 4> = Gather::new(&rec);
+        // Nothing touched: the fallback page.
+        g.note_table(0, 512 * P - 1, 7 * P, P);
+        assert_eq!(ranges(&g), [(7 * P, 8 * P - 1)]);
+        // A touched range inside the span names it: nothing added.
+        g.note_table(0, 512 * P - 1, 9 * P, P);
+        assert_eq!(ranges(&g), [(7 * P, 8 * P - 1)]);
+        // A span above the range: its first page, the one nearest.
+        g.note_table(1024 * P, 1536 * P - 1, 1100 * P, P);
+        assert_eq!(ranges(&g), [(7 * P, 8 * P - 1), (1024 * P, 1025 * P - 1)]);
+        // A span just above a range: its first page joins that range.
+        g.note_table(1025 * P, 1026 * P - 1, 1025 * P, P);
+        assert_eq!(ranges(&g), [(7 * P, 8 * P - 1), (1024 * P, 1026 * P - 1)]);
+        // A span below every range: its last page.
+        let mut h: Gather<&Rec, 4> = Gather::new(&rec);
+        page(&mut h, 4096);
+        h.note_table(0, 512 * P - 1, 3 * P, P);
+        assert_eq!(
+            ranges(&h),
+            [(511 * P, 512 * P - 1), (4096 * P, 4097 * P - 1)]
+        );
     }
 }

@@ -8,11 +8,14 @@
 //!
 //! * [`Walker::map_range`] installs leaves, allocating table pages from the
 //!   caller's [`FrameSource`] (all of them before the first leaf is written, so
-//!   a failed map changes nothing).
+//!   a failed map changes nothing); a range inside one last-level table (a
+//!   small vmalloc) takes one descent instead of the plan/install passes.
 //! * [`Walker::translate`] is the software MMU.
 //! * [`Walker::zap_range`] clears a range under a [`ZapBudget`] (the seam:
 //!   `work`, `address`, `unbounded` in [`budget`]), batching freed frames and
-//!   emptied tables in a [`Gather`] that flushes the TLB once per batch, and
+//!   emptied tables in a [`Gather`] that flushes the TLB once per batch (up
+//!   to four disjoint ranges in one shootdown) and returns the frames with one
+//!   `FrameSource::free_many` call, and
 //!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
 //!   Table pages that become empty are freed, as Linux's `free_pgtables`.
 //!

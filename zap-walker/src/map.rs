@@ -136,6 +136,12 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return Ok(());
         }
         frames.check_aligned(ps)?;
+        if hint == MapHint::Pages && L::LEVELS >= 2 {
+            let leaf_table_span = L::entry_span(L::LEVELS - 2);
+            if start / leaf_table_span == (end - 1) / leaf_table_span {
+                return self.map_in_leaf_table(start, end, frames, flags);
+            }
+        }
         let ctx = MapCtx {
             start,
             frames,
@@ -168,6 +174,110 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         // Empty unless the two passes disagreed, which they cannot.
         self.reserve_drain(&mut reserve);
         r
+    }
+
+    /// `map_range` of base pages inside one last-level table's span (a
+    /// vmalloc of a few pages, a `vm_map_ram`, the 1 TiB cycle of story 2):
+    /// one descent instead of the plan and install passes. Nothing is
+    /// written until every check has passed and every missing table is in
+    /// hand; the missing tables are filled and chained while unreachable and
+    /// linked last, with one release store, as the install pass does.
+    fn map_in_leaf_table(
+        &mut self,
+        start: u64,
+        end: u64,
+        frames: Frames<'_>,
+        flags: MapFlags,
+    ) -> Result<(), WalkError> {
+        let last = L::LEVELS - 1;
+        let ps = L::PAGE_SIZE;
+        let va = VirtAddr::new(start);
+        let h = self.half(start);
+        let mut t = self.table(self.root(va), 0);
+        // Where `t`'s count of present entries lives: its parent's shadow
+        // slot, or `root_live` for the root.
+        let mut parent: Option<(TableRef, usize)> = None;
+        let mut level = 0;
+        while level < last {
+            let idx = L::index(va, level);
+            let e = L::Entry::from_raw(t.load(idx));
+            match e.kind(level) {
+                EntryKind::Table => {
+                    parent = Some((t, idx));
+                    t = self.table(e.addr(), level + 1);
+                    level += 1;
+                }
+                EntryKind::Leaf => return Err(WalkError::AlreadyMapped { addr: va }),
+                EntryKind::None => break,
+            }
+        }
+        let pages = (end - start) / ps;
+        let first = L::index(va, last);
+        if level == last {
+            for k in 0..pages as usize {
+                let addr = VirtAddr::new(start + k as u64 * ps);
+                match L::Entry::from_raw(t.load(first + k)).kind(last) {
+                    EntryKind::None => {}
+                    EntryKind::Leaf => return Err(WalkError::AlreadyMapped { addr }),
+                    EntryKind::Table => return Err(WalkError::Corrupt { addr }),
+                }
+            }
+        }
+        // The tables missing below `level`, top first.
+        let mut new = [PhysAddr::new(0); MAX_LEVELS];
+        let missing = last - level;
+        for i in 0..missing {
+            match self.alloc_table(level + 1 + i) {
+                Ok(pa) => new[i] = pa,
+                Err(e) => {
+                    for (j, &pa) in new[..i].iter().enumerate() {
+                        // Just allocated from this source; if it refuses
+                        // one back there is nothing better than to keep
+                        // counting it.
+                        let _ = self.release_table(pa, level + 1 + j);
+                    }
+                    return Err(WalkError::OutOfTables(e));
+                }
+            }
+        }
+        let leaves = if missing == 0 {
+            t
+        } else {
+            self.table(new[missing - 1], last)
+        };
+        for k in 0..pages as usize {
+            let frame = frames.frame(k as u64, ps);
+            leaves.store(first + k, L::Entry::new_leaf(frame, flags, last).raw());
+        }
+        self.stats.leaves_mapped += pages;
+        if missing == 0 {
+            if let Some((p, i)) = parent {
+                p.set_live(i, p.live(i) + pages);
+            } else {
+                self.root_live[h] += pages; // a one-level layout
+            }
+            return Ok(());
+        }
+        // Chain the new tables bottom up while none is reachable: each holds
+        // one entry, the next table, whose count is 1 (`pages` for the last).
+        let mut child_live = pages;
+        for i in (0..missing - 1).rev() {
+            let l = level + 1 + i;
+            let nt = self.table(new[i], l);
+            let idx = L::index(va, l);
+            nt.store(idx, L::Entry::new_table(new[i + 1]).raw());
+            nt.set_live(idx, child_live);
+            child_live = 1;
+        }
+        // Link: the release store publishes the zeroed, filled subtree.
+        let idx = L::index(va, level);
+        t.store(idx, L::Entry::new_table(new[0]).raw());
+        t.set_live(idx, child_live);
+        match parent {
+            Some((p, i)) => p.set_live(i, p.live(i) + 1),
+            None => self.root_live[h] += 1,
+        }
+        Ok(())
     }
 
     /// Whether `[a, n)`, one whole entry's range at `level`, gets a leaf

@@ -26,6 +26,7 @@ use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, TlbFlush,
     VirtAddr,
 };
+use arrayvec::ArrayVec;
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Unmaps `[start, end)`: clears every leaf in it (splitting a large
@@ -324,25 +325,44 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return;
         }
         g.flush(L::PAGE_SIZE);
+        // Frames go back in chunks through one `free_many` each; tables go
+        // to the stock (or the source) one by one.
+        const CHUNK: usize = 64;
+        let mut frames = ArrayVec::<(PhysAddr, u64), CHUNK>::new();
         for f in g.batch.drain(..) {
-            let r = match f.kind {
+            match f.kind {
                 FreedKind::Frame => {
                     g.stats.frames_freed += 1;
                     g.stats.frame_bytes_freed += f.size;
-                    self.mem.free(f.addr, f.size)
+                    if frames.is_full() {
+                        self.free_frames(&mut frames);
+                    }
+                    frames.push((f.addr, f.size));
                 }
                 FreedKind::Table(level) => {
                     g.stats.tables_freed += 1;
-                    self.release_table(f.addr, level as usize)
+                    if let Err(error) = self.release_table(f.addr, level as usize) {
+                        self.free_error.get_or_insert(WalkError::FreeFailed {
+                            frame: f.addr,
+                            error,
+                        });
+                    }
                 }
-            };
-            if let Err(error) = r {
-                self.free_error.get_or_insert(WalkError::FreeFailed {
-                    frame: f.addr,
-                    error,
-                });
             }
         }
+        if !frames.is_empty() {
+            self.free_frames(&mut frames);
+        }
         g.stats.batches += 1;
+    }
+
+    /// Returns a chunk of frames to the source; the first refusal is kept
+    /// for `zap_range` to report.
+    fn free_frames<const C: usize>(&mut self, frames: &mut ArrayVec<(PhysAddr, u64), C>) {
+        let free_error = &mut self.free_error;
+        self.mem.free_many(frames, &mut |frame, error| {
+            free_error.get_or_insert(WalkError::FreeFailed { frame, error });
+        });
+        frames.clear();
     }
 }

@@ -193,6 +193,65 @@ fn exhaustion<L: PageTableLayout>() {
 }
 on_every_layout!(exhaustion_rolls_back, exhaustion);
 
+/// The same for a map inside one last-level table (the one-descent path):
+/// every table below the root missing, the source running dry at each.
+fn exhaustion_in_one_table<L: PageTableLayout>() {
+    let ps = L::PAGE_SIZE;
+    let t = Tracked::new(ARENA, ps);
+    let mut w = Walker::<L, _>::new(&t).unwrap();
+    let start = L::entry_span(L::LEVELS - 2) * 5 + ps;
+    let fs: Vec<_> = (0..4).map(|i| t.frame(start + i * ps)).collect();
+    let (base_frames, base_tables) = (t.arena.frames_in_use(), w.tables_in_use());
+    for k in 0.. {
+        t.allow_allocs.store(k, Ordering::Relaxed);
+        match w.map_range(va(start), Frames::List(&fs), MapFlags::WRITE) {
+            Err(WalkError::OutOfTables(_)) => {
+                assert_eq!(w.tables_in_use(), base_tables, "k={k}: tables rolled back");
+                assert_eq!(
+                    t.arena.frames_in_use(),
+                    base_frames,
+                    "k={k}: nothing leaked"
+                );
+                assert!((0..4).all(|i| w.translate(va(start + i * ps)).is_none()));
+                w.check_consistency().unwrap();
+            }
+            Ok(()) => {
+                assert_eq!(
+                    k as usize,
+                    L::LEVELS - 1,
+                    "one table per level below the root"
+                );
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    t.allow_allocs.store(u64::MAX, Ordering::Relaxed);
+    w.check_consistency().unwrap();
+    for (i, f) in fs.iter().enumerate() {
+        assert_eq!(
+            w.translate(va(start + i as u64 * ps)).map(|x| x.frame),
+            Some(*f)
+        );
+    }
+    // A second map into the same table takes no table and counts its pages.
+    let more: Vec<_> = (0..2).map(|i| t.frame(start + (4 + i) * ps)).collect();
+    let tables = w.tables_in_use();
+    w.map_range(va(start + 4 * ps), Frames::List(&more), MapFlags::WRITE)
+        .unwrap();
+    assert_eq!(w.tables_in_use(), tables);
+    w.check_consistency().unwrap();
+    let b = &mut Unbounded::new(ps);
+    let mut g: Gather<_> = Gather::new(t.tlb.on(0));
+    w.zap_range(va(start), va(start + 6 * ps), b, &mut g)
+        .unwrap();
+    assert_eq!(w.tables_below_root(), 0, "the counts let every table go");
+    for f in fs.iter().chain(&more) {
+        assert_eq!(t.freed(*f), 1);
+    }
+}
+on_every_layout!(exhaustion_in_one_table_rolls_back, exhaustion_in_one_table);
+
 /// Dense mapping: the work between two calls of the hook never exceeds the
 /// budget plus one page's weight, measured by the hook itself from the frames
 /// that came back (each a page's weight) and the walker's report.

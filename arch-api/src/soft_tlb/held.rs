@@ -206,6 +206,13 @@ impl HeldPages {
     /// (`None`).
     pub(super) fn holders(&self, span: Option<(u64, u64)>) -> CpuMask {
         let mut out = vec![0u64; self.words as usize];
+        self.holders_into(span, &mut out);
+        out
+    }
+
+    /// [`holders`](Self::holders), added into `out` (one mask for a list of
+    /// ranges, without a mask per range).
+    pub(super) fn holders_into(&self, span: Option<(u64, u64)>, out: &mut [u64]) {
         let (first, last) = match span {
             None => {
                 for (cpu, &n) in self.per_cpu.iter().enumerate() {
@@ -213,9 +220,9 @@ impl HeldPages {
                         out[cpu / 64] |= 1 << (cpu % 64);
                     }
                 }
-                return out;
+                return;
             }
-            Some((f, l)) if l <= f || self.map.is_empty() => return out,
+            Some((f, l)) if l <= f || self.map.is_empty() => return,
             Some(s) => s,
         };
         let or_into = |o: &mut u64, c: u64, ch: &Chunk| {
@@ -240,7 +247,6 @@ impl HeldPages {
                 or_into(&mut out[w as usize], c, ch);
             }
         }
-        out
     }
 
     /// Drops the pages `m` of `ch` for the CPUs in `cpus` (of word `w`),

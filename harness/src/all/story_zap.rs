@@ -194,7 +194,7 @@ pub fn story2(rs: &[RunResult]) -> Story {
         tables: vec![t, c, d],
         ratios,
         notes: vec![
-            "Unmap times include the modelled TLB cost (100 ns per page flush, 3.3 µs per full flush, 1 µs per IPI to each other CPU) as busy waits.".into(),
+            "Unmap times include the modelled TLB cost (100 ns per page flush, 3.3 µs per full flush, 1 µs per IPI) as busy waits; munmap interrupts only the CPUs in the mm's cpumask (none in this one-thread workload, `--tlb-cpumask all` for every other CPU), unmap-dense every other CPU.".into(),
             "aarch64-paging has no unmap that frees frames or tables: its row clears VALID and issues one range flush (not the same work).".into(),
         ],
         charts: vec![chart],

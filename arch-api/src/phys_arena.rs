@@ -432,7 +432,10 @@ mod tests {
         let mut six = [PhysAddr::new(0); 6];
         assert_eq!(a.alloc_many(K4, K4, &mut six), Err(FrameError::OutOfFrames));
         assert_eq!(a.frames_in_use(), 3, "the five that fitted were given back");
-        assert_eq!(a.alloc(K4, K4), Ok(PhysAddr::new(PhysArena::BASE.as_u64() + 3 * K4)));
+        assert_eq!(
+            a.alloc(K4, K4),
+            Ok(PhysAddr::new(PhysArena::BASE.as_u64() + 3 * K4))
+        );
         assert_eq!(a.alloc_many(100, K4, &mut six), Err(FrameError::BadLayout));
         a.alloc_many(K4, K4, &mut []).unwrap();
         assert_eq!(a.frames_in_use(), 4);

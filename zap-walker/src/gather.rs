@@ -285,8 +285,11 @@ mod tests {
 
     /// Records each flush call: `Some(list)` for a page-range list, `None`
     /// for a full flush.
+    /// `[start, end)` ranges of one flush call.
+    type Flushed = Vec<(u64, u64)>;
+
     #[derive(Default)]
-    struct Rec(RefCell<Vec<Option<Vec<(u64, u64)>>>>);
+    struct Rec(RefCell<Vec<Option<Flushed>>>);
 
     impl TlbFlush for &Rec {
         fn flush_page(&self, va: VirtAddr) {

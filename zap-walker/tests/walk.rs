@@ -148,6 +148,47 @@ fn errors<L: PageTableLayout>() {
 }
 on_every_layout!(errors_are_typed, errors);
 
+/// Maps `fs` at `start`, first with the source allowed 0 allocations, then
+/// 1, 2, …: every failure must be `OutOfTables` with nothing mapped, no
+/// table kept and no frame leaked. Returns the allocations the map needed.
+fn map_as_the_source_runs_dry<L: PageTableLayout>(
+    t: &Tracked,
+    w: &mut Walker<'_, L, Tracked>,
+    start: u64,
+    fs: &[PhysAddr],
+) -> u64 {
+    let ps = L::PAGE_SIZE;
+    let (base_frames, base_tables) = (t.arena.frames_in_use(), w.tables_in_use());
+    for k in 0.. {
+        t.allow_allocs.store(k, Ordering::Relaxed);
+        match w.map_range(va(start), Frames::List(fs), MapFlags::WRITE) {
+            Err(WalkError::OutOfTables(_)) => {
+                assert_eq!(w.tables_in_use(), base_tables, "k={k}: tables rolled back");
+                assert_eq!(
+                    t.arena.frames_in_use(),
+                    base_frames,
+                    "k={k}: nothing leaked"
+                );
+                for i in 0..fs.len() as u64 {
+                    assert_eq!(
+                        w.translate(va(start + i * ps)),
+                        None,
+                        "k={k}: nothing mapped"
+                    );
+                }
+                w.check_consistency().unwrap();
+            }
+            Ok(()) => {
+                t.allow_allocs.store(u64::MAX, Ordering::Relaxed);
+                w.check_consistency().unwrap();
+                return k;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
 /// The frame source runs dry at every possible point of a map that needs
 /// several tables: typed error, nothing mapped, nothing leaked.
 fn exhaustion<L: PageTableLayout>() {
@@ -157,39 +198,11 @@ fn exhaustion<L: PageTableLayout>() {
     // Straddle a level-1 boundary: two tables at every level below 1.
     let start = L::entry_span(1) * 3 - 2 * ps;
     let fs: Vec<_> = (0..4).map(|i| t.frame(start + i * ps)).collect();
-    let base_frames = t.arena.frames_in_use();
-    let base_tables = w.tables_in_use();
-    for k in 0.. {
-        t.allow_allocs.store(k, Ordering::Relaxed);
-        match w.map_range(va(start), Frames::List(&fs), MapFlags::WRITE) {
-            Err(WalkError::OutOfTables(_)) => {
-                assert_eq!(w.tables_in_use(), base_tables, "k={k}: tables rolled back");
-                assert_eq!(
-                    t.arena.frames_in_use(),
-                    base_frames,
-                    "k={k}: nothing leaked"
-                );
-                for i in 0..4 {
-                    assert_eq!(
-                        w.translate(va(start + i * ps)),
-                        None,
-                        "k={k}: nothing mapped"
-                    );
-                }
-            }
-            Ok(()) => {
-                assert_eq!(
-                    k as usize,
-                    2 * (L::LEVELS - 2) + 1,
-                    "tables needed across the boundary"
-                );
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    t.allow_allocs.store(u64::MAX, Ordering::Relaxed);
-    w.check_consistency().unwrap();
+    assert_eq!(
+        map_as_the_source_runs_dry(&t, &mut w, start, &fs) as usize,
+        2 * (L::LEVELS - 2) + 1,
+        "tables needed across the boundary"
+    );
 }
 on_every_layout!(exhaustion_rolls_back, exhaustion);
 
@@ -201,33 +214,11 @@ fn exhaustion_in_one_table<L: PageTableLayout>() {
     let mut w = Walker::<L, _>::new(&t).unwrap();
     let start = L::entry_span(L::LEVELS - 2) * 5 + ps;
     let fs: Vec<_> = (0..4).map(|i| t.frame(start + i * ps)).collect();
-    let (base_frames, base_tables) = (t.arena.frames_in_use(), w.tables_in_use());
-    for k in 0.. {
-        t.allow_allocs.store(k, Ordering::Relaxed);
-        match w.map_range(va(start), Frames::List(&fs), MapFlags::WRITE) {
-            Err(WalkError::OutOfTables(_)) => {
-                assert_eq!(w.tables_in_use(), base_tables, "k={k}: tables rolled back");
-                assert_eq!(
-                    t.arena.frames_in_use(),
-                    base_frames,
-                    "k={k}: nothing leaked"
-                );
-                assert!((0..4).all(|i| w.translate(va(start + i * ps)).is_none()));
-                w.check_consistency().unwrap();
-            }
-            Ok(()) => {
-                assert_eq!(
-                    k as usize,
-                    L::LEVELS - 1,
-                    "one table per level below the root"
-                );
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    t.allow_allocs.store(u64::MAX, Ordering::Relaxed);
-    w.check_consistency().unwrap();
+    assert_eq!(
+        map_as_the_source_runs_dry(&t, &mut w, start, &fs) as usize,
+        L::LEVELS - 1,
+        "one table per level below the root"
+    );
     for (i, f) in fs.iter().enumerate() {
         assert_eq!(
             w.translate(va(start + i as u64 * ps)).map(|x| x.frame),

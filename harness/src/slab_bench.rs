@@ -347,18 +347,24 @@ fn remote_free(b: &dyn Bench, l: Layout, n: usize, loops: usize, threads: usize)
 }
 
 /// Two dependent `cmpxchg16b` per iteration on one cell (the tid path's
-/// floor: its alloc and its free), LOCKed and not.
-fn dwcas_floor(loops: usize) -> (f64, f64) {
+/// floor: its alloc and its free), LOCKed and not; then the same without
+/// LOCK but re-reading the pair from the cell before each CAS (`hi` then
+/// `lo`, as the tid fast path must: its state may have changed since its
+/// last CAS), which is the floor of any `(freelist, tid)` fast path.
+fn dwcas_floor(loops: usize) -> (f64, f64, f64) {
     #[cfg(target_arch = "x86_64")]
     {
         use arch_api::{DoubleWord, DwCas, DwCell};
         use arch_x86_64::Cmpxchg16b;
-        let run = |local: bool| {
+        let run = |local: bool, reread: bool| {
             let cell = DwCell::new(DoubleWord::new(0, 0));
             let mut cur = DoubleWord::new(0, 0);
             let t = Instant::now();
             for _ in 0..loops {
                 for _ in 0..2 {
+                    if reread {
+                        cur = std::hint::black_box(&cell).load();
+                    }
                     let new = DoubleWord::new(cur.lo + 1, cur.hi + 1);
                     let r = if local {
                         Cmpxchg16b::compare_exchange_local(&cell, cur, new)
@@ -374,17 +380,18 @@ fn dwcas_floor(loops: usize) -> (f64, f64) {
             std::hint::black_box(cur);
             t.elapsed().as_nanos() as f64 / loops as f64
         };
-        let (mut l, mut u) = (vec![], vec![]);
+        let (mut l, mut u, mut r) = (vec![], vec![], vec![]);
         for _ in 0..REPEAT {
-            l.push(run(false));
-            u.push(run(true));
+            l.push(run(false, false));
+            u.push(run(true, false));
+            r.push(run(true, true));
         }
-        (median(l), median(u))
+        (median(l), median(u), median(r))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = loops;
-        (f64::NAN, f64::NAN)
+        (f64::NAN, f64::NAN, f64::NAN)
     }
 }
 
@@ -413,10 +420,11 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
         }
         results.push(r);
     }
-    let (locked, local) = dwcas_floor(loops);
+    let (locked, local, reread) = dwcas_floor(loops);
     let v = json!({"object_size": a.object_size, "n": n, "loops": loops, "threads": threads,
         "results": results,
-        "dwcas_floor": {"two_lock_cmpxchg16b_ns": locked, "two_cmpxchg16b_ns": local}});
+        "dwcas_floor": {"two_lock_cmpxchg16b_ns": locked, "two_cmpxchg16b_ns": local,
+            "two_cmpxchg16b_reread_ns": reread}});
     emit(common, v.clone(), || {
         println!(
             "{:<11} {:>18} {:>14} {:>16}",
@@ -434,7 +442,8 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             );
         }
         println!(
-            "floor: two dependent lock cmpxchg16b {locked:.2} ns, two cmpxchg16b {local:.2} ns"
+            "floor: two dependent lock cmpxchg16b {locked:.2} ns, two cmpxchg16b {local:.2} ns, \
+             two cmpxchg16b re-reading the pair {reread:.2} ns"
         );
     })
 }

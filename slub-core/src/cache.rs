@@ -7,7 +7,7 @@
 
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
-use crate::fast_tid::CpuSlab;
+use crate::fast_tid::{CpuSlab, FastFree};
 use crate::freelist::Codec;
 use crate::page_source::PageSource;
 use crate::partial::Node;
@@ -17,7 +17,7 @@ use arch_api::DwCas;
 use arch_api::sync::{DefaultRawMutex, RawMutex};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// Per-cache options (Linux's `SLAB_*` flags that matter here).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,9 +110,12 @@ pub struct KmemCache<
     pub(crate) codec: Codec,
     pub(crate) tid_step: u64,
     pub(crate) front: Front,
+    /// The front and whether the cache is destroyed, in the one byte every
+    /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
+    /// [`MODE_DESTROYED`].
+    mode: AtomicU8,
     pub(crate) cpus: C,
     pub(crate) pages: P,
-    pub(crate) destroyed: AtomicBool,
     pub(crate) flags: CacheFlags,
     pub(crate) config: CacheConfig,
     pub(crate) node: Node<R>,
@@ -154,6 +157,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> core::fmt::Debug for Kme
 }
 
 static CACHE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// `KmemCache::mode`: a live cache with the sheaves front (0: the front
+/// with no atomic instruction gets the shortest dispatch, a zero test).
+const MODE_SHEAVES: u8 = 0;
+/// `KmemCache::mode`: a live cache with the tid front.
+const MODE_TID: u8 = 1;
+/// `KmemCache::mode`: destroyed.
+const MODE_DESTROYED: u8 = 2;
 
 /// splitmix64: mixes seeds into secrets.
 pub(crate) fn mix(mut x: u64) -> u64 {
@@ -231,7 +242,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         for i in 0..nr_cpus {
             // SAFETY: `cpu_mem` holds `nr_cpus` CpuSlabs (size checked above),
             // is page aligned (so aligned for CpuSlab's 64 bytes) and ours.
-            unsafe { cpu.as_ptr().add(i).write(CpuSlab::new(i as u64)) };
+            unsafe { CpuSlab::init_in_place(cpu.as_ptr().add(i), i as u64) };
         }
         let seq = CACHE_SEQ.fetch_add(1, Ordering::Relaxed);
         let seed = mix(config.seed ^ mix(cpu_mem.as_ptr() as u64 ^ seq.rotate_left(32)));
@@ -241,19 +252,23 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64));
         let secret = mix(seed) | 1;
+        let front = if flags.contains(CacheFlags::SHEAVES) {
+            Front::Sheaves
+        } else {
+            Front::Tid
+        };
         Ok(Self {
             cpu,
             geo,
             codec: Codec { secret, fp_off },
             tid_step: (nr_cpus as u64).next_power_of_two(),
-            front: if flags.contains(CacheFlags::SHEAVES) {
-                Front::Sheaves
-            } else {
-                Front::Tid
-            },
+            front,
+            mode: AtomicU8::new(match front {
+                Front::Tid => MODE_TID,
+                Front::Sheaves => MODE_SHEAVES,
+            }),
             cpus,
             pages,
-            destroyed: AtomicBool::new(false),
             flags,
             config,
             node: Node::new(),
@@ -266,6 +281,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             cpu_bytes,
             _cas: PhantomData,
         })
+    }
+
+    /// Whether [`destroy`](Self::destroy) has succeeded.
+    fn is_destroyed(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) == MODE_DESTROYED
     }
 
     /// The cache's name.
@@ -340,12 +360,60 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// freelist corruption, a destroyed cache). Never panics.
     #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
-        if self.destroyed.load(Ordering::Relaxed) {
-            return Err(AllocError::Destroyed);
+        // The inlined part is leaf code that only succeeds; everything else
+        // (guards, refills, errors, retries) is one out-of-line call, so the
+        // fast path needs no stack frame.
+        if let Some(p) = self.alloc_fast() {
+            return Ok(p);
         }
-        let p = match self.front {
-            Front::Tid => self.alloc_tid()?,
-            Front::Sheaves => self.alloc_sheaves()?,
+        let mut err = AllocError::OutOfMemory;
+        match self.alloc_slow_into(&mut err) {
+            Some(p) => Ok(p),
+            None => Err(err),
+        }
+    }
+
+    /// One try of the front's fast path; `None` sends the caller to the slow
+    /// path, which starts over.
+    #[cfg(not(feature = "debug"))]
+    #[inline(always)]
+    fn alloc_fast(&self) -> Option<NonNull<u8>> {
+        // One byte decides the front and "destroyed".
+        let mode = self.mode.load(Ordering::Relaxed);
+        let p = if mode == MODE_SHEAVES {
+            self.alloc_sheaves_fast()?
+        } else if mode == MODE_TID {
+            self.alloc_tid_fast()?
+        } else {
+            return None;
+        };
+        // SAFETY: objects are inside slab memory, never at address 0.
+        Some(unsafe { NonNull::new_unchecked(p as *mut u8) })
+    }
+
+    /// Under `debug` every allocation takes the slow path (which checks the
+    /// poison).
+    #[cfg(feature = "debug")]
+    #[inline(always)]
+    fn alloc_fast(&self) -> Option<NonNull<u8>> {
+        None
+    }
+
+    /// [`alloc_slow`](Self::alloc_slow) with the error stored in `err`: the
+    /// object comes back in a register and the caller's fast path never
+    /// shares a stack slot with this call's result.
+    #[inline(never)]
+    fn alloc_slow_into(&self, err: &mut AllocError) -> Option<NonNull<u8>> {
+        self.alloc_slow().map_err(|e| *err = e).ok()
+    }
+
+    /// The whole allocation: fast path (again), slow path and errors.
+    #[inline]
+    fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
+        let p = match self.mode.load(Ordering::Relaxed) {
+            MODE_SHEAVES => self.alloc_sheaves()?,
+            MODE_TID => self.alloc_tid()?,
+            _ => return Err(AllocError::Destroyed),
         };
         #[cfg(feature = "debug")]
         crate::hardening::on_alloc(&self.geo, p)?;
@@ -366,9 +434,66 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// pointers are refused before any read).
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        // As `alloc`: an inlined leaf that only succeeds (or, on the tid
+        // front, hands an object of another slab to that slab), then one
+        // call.
+        let p = ptr.as_ptr() as usize;
+        match self.free_fast(p) {
+            FastFree::Done => Ok(()),
+            FastFree::ToSlab => self.free_to_slab(p),
+            // SAFETY: the caller's contract.
+            FastFree::Slow => unsafe { self.free_slow_call(ptr) },
+        }
+    }
+
+    /// One try of the front's fast free, with every check of
+    /// [`free_slow`](Self::free_slow) before it frees: [`FastFree::Slow`]
+    /// (destroyed, not an object boundary, a suspected double free, a full
+    /// sheaf, a lost CAS, …) sends the caller there, which starts over and
+    /// reports the error if any.
+    #[cfg(not(feature = "debug"))]
+    #[inline(always)]
+    fn free_fast(&self, p: usize) -> FastFree {
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == MODE_DESTROYED || !self.geo.is_object_in_own_slab(p) {
+            return FastFree::Slow;
+        }
+        if mode == MODE_SHEAVES {
+            self.free_sheaves_fast(p)
+        } else {
+            self.free_tid_fast(p)
+        }
+    }
+
+    /// Under `debug` every free takes the slow path (ownership, red zones,
+    /// poison).
+    #[cfg(feature = "debug")]
+    #[inline(always)]
+    fn free_fast(&self, p: usize) -> FastFree {
+        let _ = p;
+        FastFree::Slow
+    }
+
+    /// Out-of-line [`free_slow`](Self::free_slow).
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
+    #[inline(never)]
+    unsafe fn free_slow_call(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.free_slow(ptr) }
+    }
+
+    /// The whole free: checks, fast path (again), slow path and errors.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
+    #[inline]
+    unsafe fn free_slow(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         let p = ptr.as_ptr() as usize;
         let base = self.geo.base_of(p);
-        if self.destroyed.load(Ordering::Relaxed) {
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == MODE_DESTROYED {
             return Err(FreeError::Destroyed);
         }
         #[cfg(feature = "debug")]
@@ -381,9 +506,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         #[cfg(feature = "debug")]
         crate::hardening::on_free(&self.geo, p)?;
-        match self.front {
-            Front::Tid => self.free_tid(p),
-            Front::Sheaves => self.free_sheaves(p),
+        if mode == MODE_SHEAVES {
+            self.free_sheaves(p)
+        } else {
+            self.free_tid(p)
         }
     }
 
@@ -411,7 +537,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// sheaves, then returns every empty slab on the node partial list to the
     /// page source. Returns how many slabs were returned.
     pub fn shrink(&self) -> usize {
-        if self.destroyed.load(Ordering::Relaxed) {
+        if self.is_destroyed() {
             return 0;
         }
         {
@@ -431,7 +557,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// array and the sheaves go back to the page source; later calls fail
     /// with `Destroyed`.
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
-        if self.destroyed.load(Ordering::Relaxed) {
+        if self.is_destroyed() {
             return Err(DestroyError::AlreadyDestroyed);
         }
         // Exclusive access: no CPU runs on this cache, so every CPU's state
@@ -456,7 +582,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             return Err(DestroyError::LeakedSlabs { slabs: left });
         }
         self.release_sheaf_pool();
-        self.destroyed.store(true, Ordering::Release);
+        self.mode.store(MODE_DESTROYED, Ordering::Release);
         for i in 0..self.nr_cpus {
             // SAFETY: initialised in `with_config`, dropped once, here.
             unsafe { core::ptr::drop_in_place(self.cpu.as_ptr().add(i)) };
@@ -562,7 +688,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Drop for KmemCache<P, C,
     /// Destroys the cache if that is still possible; with live objects the
     /// slabs are leaked rather than freed under them.
     fn drop(&mut self) {
-        if !self.destroyed.load(Ordering::Relaxed) {
+        if !self.is_destroyed() {
             let _ = self.destroy();
         }
     }

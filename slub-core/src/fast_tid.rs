@@ -38,9 +38,14 @@ pub(crate) struct CpuSlab {
     /// Per-CPU partial slabs (frozen), linked through `Slab::next`.
     pub(crate) partial: UnsafeCellPtr<Slab>,
     pub(crate) nr_partial: UnsafeCell<usize>,
-    /// Sheaves front: the main and the spare sheaf.
+    /// Sheaves front: the main and the spare sheaf. `main` is never null:
+    /// without a sheaf it points at `no_sheaf` (set by
+    /// [`init_in_place`](Self::init_in_place)), so the fast paths need no
+    /// null test; `spare` may be null.
     pub(crate) main: UnsafeCellPtr<Sheaf>,
     pub(crate) spare: UnsafeCellPtr<Sheaf>,
+    /// The stand-in `main` points at while there is no main sheaf.
+    no_sheaf: Sheaf,
     #[cfg(feature = "stats")]
     pub(crate) stats: crate::stats::CpuStats,
 }
@@ -56,8 +61,73 @@ impl CpuSlab {
             nr_partial: UnsafeCell::new(0),
             main: UnsafeCellPtr::null(),
             spare: UnsafeCellPtr::null(),
+            no_sheaf: Sheaf::no_sheaf(),
             #[cfg(feature = "stats")]
             stats: crate::stats::CpuStats::new(),
+        }
+    }
+}
+
+/// What a fast-path free did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FastFree {
+    /// Freed.
+    Done,
+    /// Not an object of the CPU slab: free it to its own slab.
+    ToSlab,
+    /// Take the slow path (which starts over and reports any error).
+    Slow,
+}
+
+impl CpuSlab {
+    /// Writes a new CpuSlab for CPU `cpu` at `at` and points its `main` at
+    /// its stand-in (which needs the final address, so not in `new`).
+    ///
+    /// # Safety
+    /// `at` is valid for writes of a `CpuSlab`, aligned, and not in use.
+    pub(crate) unsafe fn init_in_place(at: *mut CpuSlab, cpu: u64) {
+        // SAFETY: the caller's contract; the pointer to `no_sheaf` is derived
+        // from `at`, so it stays valid as long as the CpuSlab does.
+        unsafe {
+            at.write(CpuSlab::new(cpu));
+            (*at).main.set(core::ptr::addr_of_mut!((*at).no_sheaf));
+        }
+    }
+
+    /// Whether `s` is this CPU's stand-in rather than a sheaf.
+    fn is_no_sheaf(&self, s: *mut Sheaf) -> bool {
+        core::ptr::eq(s, &self.no_sheaf)
+    }
+
+    /// The main sheaf, or null when there is none (the stand-in).
+    ///
+    /// # Safety
+    /// Under the guard of this CPU (or exclusive access).
+    pub(crate) unsafe fn main_sheaf(&self) -> *mut Sheaf {
+        // SAFETY: the caller's contract.
+        let s = unsafe { self.main.get() };
+        if self.is_no_sheaf(s) {
+            core::ptr::null_mut()
+        } else {
+            s
+        }
+    }
+
+    /// Leaves the CPU without a main sheaf (`main` at the stand-in).
+    ///
+    /// # Safety
+    /// Under the guard of this CPU (or exclusive access); the main sheaf, if
+    /// any, has been taken care of by the caller.
+    pub(crate) unsafe fn set_no_main_sheaf(&self) {
+        // A pointer derived from `&self` is enough: the stand-in is only
+        // ever read through `main` (its size fails both fast-path checks).
+        // SAFETY: the caller's contract.
+        unsafe {
+            let cur = self.main.get();
+            if !self.is_no_sheaf(cur) {
+                let p = core::ptr::addr_of!(self.no_sheaf).cast_mut();
+                self.main.set(p);
+            }
         }
     }
 }
@@ -99,8 +169,65 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         })
     }
 
-    /// `slab_alloc` for the tid front.
+    /// The CPU id for a fast-path try: [`CpuLocal::pinned_cpu`] where the
+    /// backend has it (a plain thread-local read; registering a new thread is
+    /// left to the slow path), else [`CpuLocal::current_cpu`].
     #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn fast_cpu(&self) -> Option<usize> {
+        if C::HAS_PINNED_CPU {
+            self.cpus.pinned_cpu()
+        } else {
+            self.cpus.current_cpu()
+        }
+    }
+
+    /// The tid fast path, one try: pop the head of the CPU freelist with one
+    /// CAS. `None` (no CPU id, exhausted freelist, a next pointer that fails
+    /// validation, a lost CAS) sends the caller to the slow path, which
+    /// starts over with [`alloc_tid`](Self::alloc_tid) and reports what
+    /// needs reporting.
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn alloc_tid_fast(&self) -> Option<usize> {
+        let mut cpu = self.fast_cpu()?;
+        let c = self.cpu_slab(cpu);
+        let tid = c.cell.load_hi(Ordering::Acquire);
+        let fl = c.cell.load_lo(Ordering::Acquire);
+        if is_token(fl) {
+            return None;
+        }
+        // SAFETY: `fl` is a freelist value that is not a token, so an object
+        // of a live slab of this cache.
+        let next = unsafe { self.codec.get(fl as usize) };
+        // Only an object boundary of the same slab here: the end token (the
+        // last free object taken, once per slab's worth) and anything bad
+        // are for the slow path, which validates them the full way.
+        if !self
+            .geo
+            .is_object(self.geo.base_of(fl as usize), next as usize)
+        {
+            return None;
+        }
+        self.cpus.preempt_point(PreemptPoint::AllocWindow);
+        if !C::OWNER_ONLY_WRITES {
+            // The CAS hits the cell of the CPU we are on now.
+            cpu = self.cpus.current_cpu().unwrap_or(cpu);
+        }
+        if self.cpu_cas(
+            self.cpu_slab(cpu),
+            DoubleWord::new(fl, tid),
+            DoubleWord::new(next, self.next_tid(tid)),
+        ) {
+            stat!(self, cpu, AllocFastpath);
+            return Some(fl as usize);
+        }
+        stat!(self, cpu, CmpxchgDoubleCpuFail);
+        None
+    }
+
+    /// `slab_alloc` for the tid front (the slow path's entry: the fast path
+    /// in a loop, then `alloc_pinned`).
     pub(crate) fn alloc_tid(&self) -> Result<usize, AllocError> {
         if let Some(mut cpu) = self.cpus.current_cpu() {
             loop {
@@ -253,8 +380,50 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         self.new_slab()
     }
 
-    /// `slab_free` for the tid front.
+    /// The tid fast free, one try: push `p` (an object boundary, checked by
+    /// the caller) onto the CPU freelist with one CAS. `p` outside the CPU
+    /// slab goes straight to its slab's freelist ([`FastFree::ToSlab`], as
+    /// [`free_tid`](Self::free_tid) does); anything else (no CPU id, `p`
+    /// already the head, a lost CAS) sends the caller to the slow path, which
+    /// starts over with `free_tid`.
     #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn free_tid_fast(&self, p: usize) -> FastFree {
+        let Some(mut cpu) = self.fast_cpu() else {
+            return FastFree::Slow;
+        };
+        let c = self.cpu_slab(cpu);
+        let tid = c.cell.load_hi(Ordering::Acquire);
+        let fl = c.cell.load_lo(Ordering::Acquire);
+        // `NO_SLAB` needs no test of its own: its slab base is 0, and no
+        // object lies in the object area of a slab at address 0.
+        if !self.geo.in_range(self.geo.base_of(fl as usize), p) {
+            return FastFree::ToSlab;
+        }
+        if fl == p as u64 {
+            return FastFree::Slow;
+        }
+        // SAFETY: `p` is an object of the CPU slab (range-checked here and
+        // boundary-checked by the caller) and is being freed by us.
+        unsafe { self.codec.set(p, fl) };
+        self.cpus.preempt_point(PreemptPoint::FreeWindow);
+        if !C::OWNER_ONLY_WRITES {
+            cpu = self.cpus.current_cpu().unwrap_or(cpu);
+        }
+        if self.cpu_cas(
+            self.cpu_slab(cpu),
+            DoubleWord::new(fl, tid),
+            DoubleWord::new(p as u64, self.next_tid(tid)),
+        ) {
+            stat!(self, cpu, FreeFastpath);
+            return FastFree::Done;
+        }
+        stat!(self, cpu, CmpxchgDoubleCpuFail);
+        FastFree::Slow
+    }
+
+    /// `slab_free` for the tid front (the slow path's entry). `p` has passed
+    /// the caller's checks.
     pub(crate) fn free_tid(&self, p: usize) -> Result<(), FreeError> {
         if let Some(mut cpu) = self.cpus.current_cpu() {
             loop {

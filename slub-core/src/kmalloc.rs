@@ -123,12 +123,26 @@ where
     pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         match kmalloc_index(layout.size(), layout.align()) {
             Some(i) => self.caches[i].alloc(),
-            None => self.alloc_large(layout),
+            None => {
+                // As `KmemCache::alloc`'s slow path: the error comes back
+                // through `err`, so no path returns the `Result` in memory
+                // (which would make the caches' fast paths store theirs too).
+                let mut err = AllocError::OutOfMemory;
+                match self.alloc_large_into(layout, &mut err) {
+                    Some(p) => Ok(p),
+                    None => Err(err),
+                }
+            }
         }
     }
 
     // Out of line so that `alloc` stays small enough to inline into callers.
     #[inline(never)]
+    fn alloc_large_into(&self, layout: Layout, err: &mut AllocError) -> Option<NonNull<u8>> {
+        self.alloc_large(layout).map_err(|e| *err = e).ok()
+    }
+
+    #[inline]
     fn alloc_large(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         let (size, align) = self.large_layout(layout).ok_or(AllocError::BadLayout)?;
         let p = self

@@ -11,6 +11,7 @@
 use crate::cache::KmemCache;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
+use crate::fast_tid::FastFree;
 use crate::page_source::PageSource;
 use crate::slab::Slab;
 use crate::stat;
@@ -37,6 +38,9 @@ impl SheafSize {
     fn new() -> Self {
         Self(0)
     }
+    fn full_stop() -> Self {
+        Self(NO_SHEAF_SIZE)
+    }
     #[inline(always)]
     fn get(&self) -> usize {
         self.0
@@ -53,6 +57,9 @@ impl SheafSize {
     fn new() -> Self {
         Self(loom::sync::atomic::AtomicUsize::new(0))
     }
+    fn full_stop() -> Self {
+        Self(loom::sync::atomic::AtomicUsize::new(NO_SHEAF_SIZE))
+    }
     fn get(&self) -> usize {
         self.0.load(core::sync::atomic::Ordering::Relaxed)
     }
@@ -61,7 +68,22 @@ impl SheafSize {
     }
 }
 
+/// The fill count of a CPU's "no sheaf" stand-in: above every capacity, so
+/// the fast paths' one bounds check (`size - 1 < cap` to pop, `size < cap`
+/// to push) fails on it and they need no separate null test.
+const NO_SHEAF_SIZE: usize = usize::MAX;
+
 impl Sheaf {
+    /// The stand-in a CPU's `main` points at while it has no sheaf (kept in
+    /// its `CpuSlab`): a header with no slots whose size makes both fast
+    /// paths miss. Never written.
+    pub(crate) fn no_sheaf() -> Self {
+        Self {
+            size: SheafSize::full_stop(),
+            next: null_mut(),
+        }
+    }
+
     /// # Safety
     /// `s` is a live sheaf of a cache whose capacity exceeds `i`.
     #[inline(always)]
@@ -249,35 +271,68 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         Some(e)
     }
 
-    /// `slab_alloc` for the sheaves front.
+    /// The sheaves fast path, one try: pop from the main sheaf. With a
+    /// backend that pins for free ([`CpuLocal::HAS_PINNED_CPU`]) there is no
+    /// guard at all and anything else is left to the caller's slow path;
+    /// otherwise the guard is taken (and dropped) here.
     #[inline(always)]
-    pub(crate) fn alloc_sheaves(&self) -> Result<usize, AllocError> {
-        let (g, cpu) = self.cpus.pin();
-        let c = self.cpu_slab(cpu);
-        // SAFETY: the guard makes the CPU's sheaves ours; a non-null main is
-        // a live sheaf whose first `size` slots hold objects.
-        unsafe {
-            let main = c.main.get();
-            if !main.is_null() && (*main).size.get() > 0 {
-                let n = (*main).size.get() - 1;
-                (*main).size.set(n);
-                stat!(self, cpu, AllocFastpath);
-                return Ok(*Sheaf::slot(main, n));
-            }
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn alloc_sheaves_fast(&self) -> Option<usize> {
+        if C::HAS_PINNED_CPU {
+            let cpu = self.cpus.pinned_cpu()?;
+            // SAFETY: the caller is pinned to `cpu` (the `pinned_cpu`
+            // contract), as a guard would make it.
+            unsafe { self.sheaf_pop(cpu) }
+        } else {
+            let (_g, cpu) = self.cpus.pin();
+            // SAFETY: the guard pins us to `cpu`.
+            unsafe { self.sheaf_pop(cpu) }
         }
-        self.alloc_sheaves_slow(g, cpu)
     }
 
-    /// Takes the guard so that the fast path's call is a tail call (nothing
-    /// left to drop after it).
+    /// `slab_alloc` for the sheaves front (the slow path's entry: pins,
+    /// pops, refills).
+    pub(crate) fn alloc_sheaves(&self) -> Result<usize, AllocError> {
+        let (_g, cpu) = self.cpus.pin();
+        // SAFETY: the guard pins us to `cpu`.
+        if let Some(p) = unsafe { self.sheaf_pop(cpu) } {
+            return Ok(p);
+        }
+        self.alloc_sheaves_slow(cpu)
+    }
+
+    /// Pops an object from CPU `cpu`'s main sheaf, if it has one.
+    ///
+    /// # Safety
+    /// The caller is pinned to `cpu` (holds its guard, or `pinned_cpu`
+    /// answered `cpu`).
+    #[inline(always)]
+    unsafe fn sheaf_pop(&self, cpu: usize) -> Option<usize> {
+        let c = self.cpu_slab(cpu);
+        // SAFETY: pinned to `cpu`, so the CPU's sheaves are ours; `main` is
+        // a live sheaf whose first `size` slots hold objects, or the CPU's
+        // stand-in, whose size fails the check (so it is never written).
+        unsafe {
+            let main = c.main.get();
+            let n = (*main).size.get().wrapping_sub(1);
+            if n < self.cap() {
+                (*main).size.set(n);
+                stat!(self, cpu, AllocFastpath);
+                return Some(*Sheaf::slot(main, n));
+            }
+        }
+        None
+    }
+
+    /// The main sheaf is empty (or missing). The caller holds `cpu`'s guard.
     #[inline(never)]
-    fn alloc_sheaves_slow(&self, _g: C::Guard<'_>, cpu: usize) -> Result<usize, AllocError> {
+    fn alloc_sheaves_slow(&self, cpu: usize) -> Result<usize, AllocError> {
         let c = self.cpu_slab(cpu);
         stat!(self, cpu, AllocSlowpath);
         // SAFETY: under the guard of `cpu`, the main and spare sheaves are
         // ours; sheaves returned by the barn are ours.
         unsafe {
-            let mut main = c.main.get();
+            let mut main = c.main_sheaf();
             let spare = c.spare.get();
             if !spare.is_null() && (*spare).size.get() > 0 {
                 c.main.set(spare);
@@ -313,33 +368,68 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
     }
 
-    /// `slab_free` for the sheaves front.
+    /// The sheaves fast free, one try: push onto the main sheaf (guarded as
+    /// in [`alloc_sheaves_fast`](Self::alloc_sheaves_fast)). `p` has passed
+    /// the caller's checks.
     #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn free_sheaves_fast(&self, p: usize) -> FastFree {
+        let done = if C::HAS_PINNED_CPU {
+            let Some(cpu) = self.cpus.pinned_cpu() else {
+                return FastFree::Slow;
+            };
+            // SAFETY: pinned to `cpu` (the `pinned_cpu` contract).
+            unsafe { self.sheaf_push(cpu, p) }
+        } else {
+            let (_g, cpu) = self.cpus.pin();
+            // SAFETY: the guard pins us to `cpu`.
+            unsafe { self.sheaf_push(cpu, p) }
+        };
+        if done { FastFree::Done } else { FastFree::Slow }
+    }
+
+    /// `slab_free` for the sheaves front (the slow path's entry). `p` has
+    /// passed the caller's checks.
     pub(crate) fn free_sheaves(&self, p: usize) -> Result<(), FreeError> {
-        let (g, cpu) = self.cpus.pin();
+        let (_g, cpu) = self.cpus.pin();
+        // SAFETY: the guard pins us to `cpu`.
+        if unsafe { self.sheaf_push(cpu, p) } {
+            return Ok(());
+        }
+        self.free_sheaves_slow(cpu, p)
+    }
+
+    /// Pushes `p` onto CPU `cpu`'s main sheaf if it has room.
+    ///
+    /// # Safety
+    /// As [`sheaf_pop`](Self::sheaf_pop); `p` is an object being freed.
+    #[inline(always)]
+    unsafe fn sheaf_push(&self, cpu: usize, p: usize) -> bool {
         let c = self.cpu_slab(cpu);
-        // SAFETY: as in `alloc_sheaves`.
+        // SAFETY: pinned to `cpu`, so the CPU's sheaves are ours; `main` is
+        // a live sheaf with `cap` slots, or the stand-in, whose size fails
+        // the check.
         unsafe {
             let main = c.main.get();
-            if !main.is_null() && (*main).size.get() < self.cap() {
-                let n = (*main).size.get();
+            let n = (*main).size.get();
+            if n < self.cap() {
                 *Sheaf::slot(main, n) = p;
                 (*main).size.set(n + 1);
                 stat!(self, cpu, FreeFastpath);
-                return Ok(());
+                return true;
             }
         }
-        self.free_sheaves_slow(g, cpu, p)
+        false
     }
 
-    /// Takes the guard, as `alloc_sheaves_slow`.
+    /// The main sheaf is full (or missing). The caller holds `cpu`'s guard.
     #[inline(never)]
-    fn free_sheaves_slow(&self, _g: C::Guard<'_>, cpu: usize, p: usize) -> Result<(), FreeError> {
+    fn free_sheaves_slow(&self, cpu: usize, p: usize) -> Result<(), FreeError> {
         let c = self.cpu_slab(cpu);
         stat!(self, cpu, FreeSlowpath);
         // SAFETY: as in `alloc_sheaves_slow`.
         unsafe {
-            let mut main = c.main.get();
+            let mut main = c.main_sheaf();
             let spare = c.spare.get();
             if main.is_null() {
                 match self.get_empty_sheaf() {
@@ -396,15 +486,20 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// pool. Under the guard of `cpu`, or with exclusive access.
     pub(crate) fn flush_cpu_sheaves(&self, cpu: usize) {
         let c = self.cpu_slab(cpu);
-        for which in [&c.main, &c.spare] {
-            // SAFETY: the guard (or exclusivity) makes the sheaves ours.
+        // SAFETY: the guard (or exclusivity) makes the sheaves ours.
+        let sheaves = unsafe { [c.main_sheaf(), c.spare.get()] };
+        // SAFETY: as above.
+        unsafe {
+            c.set_no_main_sheaf();
+            c.spare.set(null_mut());
+        }
+        for s in sheaves {
+            if s.is_null() {
+                continue;
+            }
+            // SAFETY: `s` is ours (detached above) and live.
             unsafe {
-                let s = which.get();
-                if s.is_null() {
-                    continue;
-                }
                 self.flush_sheaf(cpu, s);
-                which.set(null_mut());
                 let mut b = self.barn.inner.lock();
                 push(&mut b.chunks, s);
             }

@@ -95,6 +95,12 @@ pub(crate) struct Geometry {
     pub(crate) objects: usize,
     /// Slab size (a power of two; slabs are aligned to it).
     pub(crate) slab_bytes: usize,
+    /// `slab_bytes - 1`: the offset of an address inside its slab is
+    /// `addr & mask` (one instruction fewer than deriving it on every free).
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    mask: usize,
+    /// `!mask`: the slab base of an address is `addr & base_mask`.
+    base_mask: usize,
     /// Offset of the first object (the header rounded up to the alignment).
     pub(crate) first: usize,
     /// `objects * slot`.
@@ -167,6 +173,8 @@ impl Geometry {
             slot,
             objects,
             slab_bytes,
+            mask: slab_bytes - 1,
+            base_mask: !(slab_bytes - 1),
             first,
             span: objects * slot,
             fp_off,
@@ -178,7 +186,7 @@ impl Geometry {
     /// The slab base of an object or token.
     #[inline(always)]
     pub(crate) fn base_of(&self, addr: usize) -> usize {
-        addr & !(self.slab_bytes - 1)
+        addr & self.base_mask
     }
 
     /// Whether `p` lies in the object area of the slab at `base`: the
@@ -194,6 +202,16 @@ impl Geometry {
         let off = p.wrapping_sub(base + self.first) as u64;
         // An offset below the first object wraps to a huge value: never a
         // quotient below `objects`.
+        off.wrapping_mul(self.inv).rotate_right(self.shift) < self.objects as u64
+    }
+
+    /// Whether `p` is an object boundary of the slab containing it: as
+    /// [`is_object`](Self::is_object)`(self.base_of(p), p)`, with the offset
+    /// taken by one mask.
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn is_object_in_own_slab(&self, p: usize) -> bool {
+        let off = (p & self.mask).wrapping_sub(self.first) as u64;
         off.wrapping_mul(self.inv).rotate_right(self.shift) < self.objects as u64
     }
 
@@ -240,6 +258,15 @@ mod tests {
             assert!(!g.is_object(base, base + g.first + g.span));
             assert!(!g.is_object(base, base));
             assert!(g.objects >= 1 && g.first + g.span <= g.slab_bytes);
+            // The one-mask form agrees with `is_object` on the slab of `p`,
+            // over the whole slab and its neighbours.
+            for p in (base - g.slab_bytes..base + 2 * g.slab_bytes).step_by(8) {
+                assert_eq!(
+                    g.is_object_in_own_slab(p),
+                    g.is_object(g.base_of(p), p),
+                    "slot {slot} p {p:#x}"
+                );
+            }
         }
     }
 

@@ -24,6 +24,14 @@
 //!   this allocator runs on it: preemption **and** interrupts that may
 //!   allocate are off (`local_irq_save`), or the OS forbids allocation from
 //!   interrupt context. The guard restores the previous state on drop.
+//! * [`pinned_cpu`](CpuLocal::pinned_cpu) (optional, default `None`): the
+//!   current id *only* if the caller is already pinned to that CPU without a
+//!   guard, i.e. the same guarantee as [`pin`](CpuLocal::pin)'s guard holds
+//!   until the caller returns (no other code that touches this allocator can
+//!   run on that CPU id meanwhile). A kernel may answer `Some` in contexts
+//!   that already run with preemption and allocating interrupts off; the
+//!   hosted thread-as-CPU backend answers `Some` for a thread that owns its
+//!   slot. The sheaves fast path then skips the guard altogether.
 //! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
 //!   by code running on their own CPU (true for a normal kernel: the fast
 //!   path runs on the CPU whose cell it updates, and interrupts are the only
@@ -57,14 +65,23 @@ pub enum PreemptPoint {
 ///
 /// # Safety
 /// Implementations must uphold the guarantees listed in the module docs; in
-/// particular `OWNER_ONLY_WRITES = true` must only be claimed when no two
-/// threads of execution can run the allocator on the same CPU id at once
-/// (other than an interrupt nesting on that CPU), because the CPU-local
-/// DW-CAS is not atomic against other CPUs.
+/// particular [`pinned_cpu`](Self::pinned_cpu) may answer `Some(id)` only
+/// when the caller has exclusive use of CPU `id` for the rest of the call, as
+/// if it held [`pin`](Self::pin)'s guard, and `OWNER_ONLY_WRITES = true`
+/// must only be claimed when no two threads of execution can run the
+/// allocator on the same CPU id at once (other than an interrupt nesting on
+/// that CPU), because the CPU-local DW-CAS is not atomic against other CPUs.
 pub unsafe trait CpuLocal: Sync {
     /// Whether only the owning CPU ever writes its per-CPU state (selects the
     /// CPU-local DW-CAS flavour).
     const OWNER_ONLY_WRITES: bool;
+
+    /// Whether [`pinned_cpu`](Self::pinned_cpu) can answer `Some` (default
+    /// `false`). If so, the fast paths ask it and nothing else: when it
+    /// answers `None` they leave the operation to the out-of-line slow path,
+    /// which uses [`current_cpu`](Self::current_cpu) and [`pin`](Self::pin).
+    /// If not, the fast paths use `current_cpu` and `pin` inline.
+    const HAS_PINNED_CPU: bool = false;
 
     /// Held while a task must stay on its CPU (preemption / IRQs off).
     type Guard<'a>
@@ -81,6 +98,17 @@ pub unsafe trait CpuLocal: Sync {
     /// Pins the caller to its CPU until the guard drops; returns the id.
     fn pin(&self) -> (Self::Guard<'_>, usize);
 
+    /// The current CPU if the caller is pinned to it already, with no guard
+    /// needed: until the caller returns, nothing else runs this allocator on
+    /// that CPU id (what [`pin`](Self::pin)'s guard would ensure). `None`
+    /// (the default) sends the caller to [`pin`](Self::pin). The sheaves
+    /// fast path asks this first, so that a backend whose pinning is free
+    /// (one thread per slot) pays no guard bookkeeping.
+    #[inline(always)]
+    fn pinned_cpu(&self) -> Option<usize> {
+        None
+    }
+
     /// A point at which a test backend may preempt or migrate the caller.
     /// Real backends leave it empty (it inlines away).
     #[inline(always)]
@@ -92,6 +120,7 @@ pub unsafe trait CpuLocal: Sync {
 // SAFETY: forwards to `T`.
 unsafe impl<T: CpuLocal> CpuLocal for &T {
     const OWNER_ONLY_WRITES: bool = T::OWNER_ONLY_WRITES;
+    const HAS_PINNED_CPU: bool = T::HAS_PINNED_CPU;
     type Guard<'a>
         = T::Guard<'a>
     where
@@ -108,6 +137,10 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     #[inline(always)]
     fn pin(&self) -> (Self::Guard<'_>, usize) {
         (**self).pin()
+    }
+    #[inline(always)]
+    fn pinned_cpu(&self) -> Option<usize> {
+        (**self).pinned_cpu()
     }
     #[inline(always)]
     fn preempt_point(&self, at: PreemptPoint) {

@@ -121,6 +121,7 @@ fn release_cold(id: usize) {
 // acquire/release.
 unsafe impl CpuLocal for ThreadCpus {
     const OWNER_ONLY_WRITES: bool = true;
+    const HAS_PINNED_CPU: bool = true;
     type Guard<'a> = BorrowedSlot;
 
     #[inline(always)]
@@ -147,7 +148,26 @@ unsafe impl CpuLocal for ThreadCpus {
         }
         Self::borrow_slot()
     }
+
+    #[inline(always)]
+    fn pinned_cpu(&self) -> Option<usize> {
+        // A slot is exclusive to the thread holding it, so the thread is
+        // pinned to it by construction. Unset, busy or dead: take `pin`.
+        match SLOT.try_with(|s| s.get()) {
+            Ok(id) if (id as usize) < MAX_THREAD_CPUS => Some(id as usize),
+            _ => {
+                cold();
+                None
+            }
+        }
+    }
 }
+
+/// Marks the path that calls it as unlikely (`core::hint::cold_path` is
+/// newer than the workspace's minimum Rust).
+#[cold]
+#[inline]
+fn cold() {}
 
 impl ThreadCpus {
     #[cold]

@@ -3,6 +3,11 @@
 //! (lib/test_vmalloc.c). One op = one allocation and its free; every
 //! allocator runs the same pre-generated request sequence, five times, and
 //! the median ns/op is reported.
+//!
+//! The `vmem` peer (Bonwick arena) needs nightly: it is built only with the
+//! harness feature `nightly-peers`
+//! (`cargo +nightly build --release -p harness --features nightly-peers`);
+//! without it `--allocator vmem` reports a null row and `all` leaves it out.
 
 use crate::cli::Common;
 use clap::{Args, ValueEnum};
@@ -54,6 +59,10 @@ pub enum Allocator {
     /// offset-allocator (TLSF-like, O(1), no alignment).
     #[value(name = "offset-allocator")]
     OffsetAllocator,
+    /// vmem (Bonwick arena: power-of-two free lists, instant fit; `xalloc`
+    /// for alignment). Needs the `nightly-peers` feature (nightly toolchain).
+    #[value(name = "vmem")]
+    Vmem,
     /// Every allocator.
     All,
 }
@@ -82,11 +91,13 @@ const PATTERNS: [Pattern; 5] = [
     Pattern::RandomSizeAlign,
     Pattern::LongBusyList,
 ];
-const ALLOCATORS: [Allocator; 4] = [
+const ALLOCATORS: &[Allocator] = &[
     Allocator::VmapCore,
     Allocator::VmAllocator,
     Allocator::RangeAlloc,
     Allocator::OffsetAllocator,
+    #[cfg(feature = "nightly-peers")]
+    Allocator::Vmem,
 ];
 
 fn name<T: ValueEnum>(v: T) -> String {
@@ -191,6 +202,60 @@ impl Peer for OffsetA {
     }
 }
 
+/// The `vmem` crate's arena (feature `nightly-peers`).
+#[cfg(feature = "nightly-peers")]
+mod vmem_peer {
+    use super::{PAGE, Peer, VSIZE, VSTART};
+    use vmem::{AllocPolicy, Arena, Layout};
+
+    /// No lock: the arena is used from one thread (it holds an `UnsafeCell`,
+    /// so it is not `Sync` and cannot be shared), and none of the other
+    /// peers takes a lock either.
+    #[derive(Default)]
+    pub struct NoLock;
+
+    // SAFETY: `Lock` must give exclusive access to the arena's state. The
+    // arena is `!Sync` (it holds an `UnsafeCell`), so `&Arena` never reaches
+    // another thread, and its operations do not re-enter one another (no
+    // source is configured), so only one operation runs at a time.
+    unsafe impl vmem::Lock for NoLock {
+        type Guard<'a> = ();
+        fn lock(&self) -> Self::Guard<'_> {}
+    }
+
+    /// Boundary tags come from the system allocator (through vmem's blanket
+    /// `Allocator` impl over `core::alloc::Allocator`, the nightly part).
+    pub struct Vmem(Arena<'static, 'static, std::alloc::System, NoLock>);
+
+    impl Vmem {
+        pub fn new() -> Result<Self, String> {
+            let a = Arena::create("vmap-bench", PAGE as usize, None, std::alloc::System)
+                .map_err(|e| e.to_string())?;
+            a.add_span(VSTART as usize, VSIZE as usize)
+                .map_err(|e| e.to_string())?;
+            Ok(Self(a))
+        }
+    }
+
+    impl Peer for Vmem {
+        type H = usize;
+        const ALIGN: bool = true;
+        #[inline]
+        fn alloc(&mut self, size: u64, align: u64) -> Option<usize> {
+            if align <= PAGE {
+                self.0.alloc(size as usize, AllocPolicy::InstantFit).ok()
+            } else {
+                let l = Layout::from_size_align(size as usize, align as usize)?;
+                self.0.xalloc(l, AllocPolicy::InstantFit).ok()
+            }
+        }
+        #[inline]
+        fn free(&mut self, h: usize) {
+            let _ = self.0.free(h);
+        }
+    }
+}
+
 /// Runs the op sequence once; returns the elapsed nanoseconds.
 type Runner = Box<dyn FnMut(&[(u64, u64)]) -> Result<u64, String>>;
 
@@ -239,6 +304,12 @@ fn make(a: Allocator, busy: u64) -> Result<Runner, String> {
             )),
             busy,
         ),
+        #[cfg(feature = "nightly-peers")]
+        Allocator::Vmem => boxed(vmem_peer::Vmem::new()?, busy),
+        #[cfg(not(feature = "nightly-peers"))]
+        Allocator::Vmem => {
+            Err("vmem needs nightly: build the harness with --features nightly-peers".into())
+        }
         Allocator::All => Err("internal: All is not an allocator".into()),
     }
 }
@@ -249,6 +320,11 @@ fn can_align(a: Allocator) -> bool {
         Allocator::VmAllocator => VmAlloc::ALIGN,
         Allocator::RangeAlloc => RangeA::ALIGN,
         Allocator::OffsetAllocator => OffsetA::ALIGN,
+        #[cfg(feature = "nightly-peers")]
+        Allocator::Vmem => vmem_peer::Vmem::ALIGN,
+        // Not built: `make` reports why.
+        #[cfg(not(feature = "nightly-peers"))]
+        Allocator::Vmem => true,
         Allocator::All => false,
     }
 }

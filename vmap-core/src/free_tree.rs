@@ -33,6 +33,9 @@ impl FreeTree {
         let node = s.node_mut(n);
         node.start = start;
         node.end = end;
+        node.free = true;
+        node.prev_tile = NIL;
+        node.next_tile = NIL;
         self.tree.insert(s, n);
         Ok(())
     }
@@ -100,89 +103,137 @@ impl FreeTree {
         }
     }
 
-    /// Removes `[a, a + size)` from block `b` (which contains it). A split in
-    /// the middle needs a node from `s`; if there is none, nothing changed.
+    /// Removes `[a, a + size)` from block `b` (which contains it) for the
+    /// busy node `n` (its range is set by the caller), and links `n` into the
+    /// tiling list in its place. A split in the middle needs a node from `s`;
+    /// if there is none, nothing changed.
     pub(crate) fn carve<S: NodeSource>(
         &mut self,
         s: &mut S,
         b: NodeIdx,
         a: u64,
         size: u64,
+        n: NodeIdx,
     ) -> Result<(), VmapError> {
         let (bs, be) = (s.node(b).start, s.node(b).end);
+        let (bp, bn) = (s.node(b).prev_tile, s.node(b).next_tile);
         let e = a + size;
         debug_assert!(bs <= a && e <= be);
-        match (a == bs, e == be) {
+        // The tiles around `n` once it is linked.
+        let (prev, next) = match (a == bs, e == be) {
             (true, true) => {
                 self.tree.remove(s, b);
                 s.free_node(b);
+                (bp, bn)
             }
             (true, false) => {
                 s.node_mut(b).start = e;
                 self.tree.update_path(s, b);
+                (bp, b)
             }
             (false, true) => {
                 s.node_mut(b).end = a;
                 self.tree.update_path(s, b);
+                (b, bn)
             }
             (false, false) => {
-                let n = s.alloc_node().ok_or(VmapError::NodePoolExhausted)?;
+                let m = s.alloc_node().ok_or(VmapError::NodePoolExhausted)?;
                 s.node_mut(b).end = a;
                 self.tree.update_path(s, b);
-                let node = s.node_mut(n);
+                let node = s.node_mut(m);
                 node.start = e;
                 node.end = be;
-                self.tree.insert(s, n);
+                node.free = true;
+                self.tree.insert(s, m);
+                Self::link(s, m, bn);
+                (b, m)
             }
-        }
+        };
+        let node = s.node_mut(n);
+        node.free = false;
+        Self::link(s, prev, n);
+        Self::link(s, n, next);
         Ok(())
     }
 
-    /// Returns `[start, end)` to the free space, merging with the block below
-    /// and/or above. `spare` is an unlinked node the caller no longer needs:
-    /// used if no merge happens, otherwise released to `s`. Never fails.
-    pub(crate) fn release<S: NodeSource>(
-        &mut self,
-        s: &mut S,
-        start: u64,
-        end: u64,
-        spare: NodeIdx,
-    ) {
-        let mut visited = 0;
-        let below = self.tree.floor(s, start, &mut visited);
-        let above = if below == NIL {
-            self.tree.first(s)
-        } else {
-            self.tree.next(s, below)
-        };
-        let merge_below = below != NIL && s.node(below).end == start;
-        let merge_above = above != NIL && s.node(above).start == end;
-        match (merge_below, merge_above) {
+    /// Makes `lo` and `hi` adjacent tiles (either may be `NIL`).
+    #[inline]
+    fn link<S: NodeSource>(s: &mut S, lo: NodeIdx, hi: NodeIdx) {
+        if lo != NIL {
+            s.node_mut(lo).next_tile = hi;
+        }
+        if hi != NIL {
+            s.node_mut(hi).prev_tile = lo;
+        }
+    }
+
+    /// Returns the busy area `freed` (unlinked from the busy tree, its range
+    /// and tile links intact) to the free space, merging with the free block
+    /// below and/or above. Its node becomes the free block if no merge
+    /// happens, otherwise it is released to `s`. Never fails.
+    ///
+    /// The tiling list names both neighbours, so a merge needs no search of
+    /// the free tree. A merge on both sides removes whichever of the two
+    /// blocks lies below the other in the tree (it has at most one child, so
+    /// no successor swap) and grows the other over both; growth only raises
+    /// subtree maxima, which [`Tree::raise_aug`] does without reading
+    /// siblings.
+    pub(crate) fn release<S: NodeSource>(&mut self, s: &mut S, freed: NodeIdx) {
+        let f = s.node(freed);
+        let (start, end, p, q) = (f.start, f.end, f.prev_tile, f.next_tile);
+        let below = if p != NIL && s.node(p).free { p } else { NIL };
+        let above = if q != NIL && s.node(q).free { q } else { NIL };
+        match (below != NIL, above != NIL) {
             (true, true) => {
-                let ae = s.node(above).end;
-                self.tree.remove(s, above);
-                s.free_node(above);
-                s.node_mut(below).end = ae;
-                self.tree.update_path(s, below);
-                s.free_node(spare);
+                // In-order neighbours in the free tree (only `freed` lay
+                // between them): one is an ancestor of the other, and the
+                // lower one has no child on the inner side. Remove that one,
+                // grow the other over both.
+                let (bs, ae) = (s.node(below).start, s.node(above).end);
+                let (kept, gone) = if s.node(below).right == NIL {
+                    (above, below)
+                } else {
+                    (below, above)
+                };
+                // `kept` keeps its own outer tile link; the tile beyond
+                // `gone` now borders it.
+                let (outer_lo, outer_hi) = if kept == above {
+                    (s.node(below).prev_tile, kept)
+                } else {
+                    (kept, s.node(above).next_tile)
+                };
+                self.tree.remove(s, gone);
+                s.free_node(gone);
+                let k = s.node_mut(kept);
+                k.start = bs;
+                k.end = ae;
+                // The removed block is smaller than the merged one, so every
+                // maximum from `kept` up is max(old, merged): a raise only.
+                self.tree.raise_aug(s, kept, ae - bs);
+                Self::link(s, outer_lo, outer_hi);
+                s.free_node(freed);
             }
             (true, false) => {
+                let bs = s.node(below).start;
                 s.node_mut(below).end = end;
-                self.tree.update_path(s, below);
-                s.free_node(spare);
+                self.tree.raise_aug(s, below, end - bs);
+                Self::link(s, below, q);
+                s.free_node(freed);
             }
             (false, true) => {
+                let ae = s.node(above).end;
                 s.node_mut(above).start = start;
-                self.tree.update_path(s, above);
-                s.free_node(spare);
+                self.tree.raise_aug(s, above, ae - start);
+                Self::link(s, p, above);
+                s.free_node(freed);
             }
             (false, false) => {
-                let node = s.node_mut(spare);
-                node.start = start;
-                node.end = end;
+                // Busy on both sides: the node stays in the tiling list and
+                // becomes the free block.
+                let node = s.node_mut(freed);
+                node.free = true;
                 node.parked = false;
-                // The neighbours are known: link without a second descent.
-                self.tree.insert_between(s, spare, below, above);
+                self.tree.insert(s, freed);
             }
         }
     }
@@ -275,15 +326,96 @@ mod tests {
         let mut t = FreeTree::new();
         t.insert_block(&mut s, 0, 10 * P).unwrap();
         let b = t.tree.root;
-        t.carve(&mut s, b, 4 * P, 2 * P).unwrap();
+        let n = s.alloc_node().unwrap();
+        t.carve(&mut s, b, 4 * P, 2 * P, n).unwrap();
+        s.node_mut(n).start = 4 * P;
+        s.node_mut(n).end = 6 * P;
         t.check(&s).unwrap();
         assert_eq!(blocks(&t, &s)[..2], [(0, 4), (6, 10)]);
-        let spare = s.alloc_node().unwrap();
-        t.release(&mut s, 4 * P, 6 * P, spare);
+        let (lo, hi) = (s.node(n).prev_tile, s.node(n).next_tile);
+        assert_eq!((s.node(lo).start, s.node(hi).start), (0, 6 * P));
+        assert_eq!((s.node(lo).next_tile, s.node(hi).prev_tile), (n, n));
+        t.release(&mut s, n);
         t.check(&s).unwrap();
         assert_eq!(blocks(&t, &s)[..2], [(0, 10), (0, 0)]);
         assert_eq!(s.in_use(), 1);
         assert_eq!(t.free_bytes(&s), 10 * P);
+    }
+
+    /// Every tile from the lowest, checking both directions of each link.
+    fn tiles(s: &FixedPool<64>, first: NodeIdx) -> ([(u64, u64, bool); 40], usize) {
+        let mut out = [(0, 0, false); 40];
+        let (mut i, mut prev, mut k) = (first, NIL, 0);
+        while i != NIL {
+            assert_eq!(s.node(i).prev_tile, prev);
+            out[k] = (s.node(i).start / P, s.node(i).end / P, s.node(i).free);
+            (prev, i, k) = (i, s.node(i).next_tile, k + 1);
+        }
+        (out, k)
+    }
+
+    #[test]
+    fn tiling_list_follows_carves_and_every_merge_case() {
+        let mut s = FixedPool::<64>::new();
+        let mut t = FreeTree::new();
+        t.insert_block(&mut s, 0, 32 * P).unwrap();
+        // 16 busy pages at 0, 2, 4, ... (a split each time but the first).
+        let mut busy = [NIL; 16];
+        for (k, n) in busy.iter_mut().enumerate() {
+            let a = 2 * k as u64 * P;
+            let mut v = 0;
+            let b = t.containing(&s, a, P, &mut v).unwrap();
+            *n = s.alloc_node().unwrap();
+            t.carve(&mut s, b, a, P, *n).unwrap();
+            s.node_mut(*n).start = a;
+            s.node_mut(*n).end = a + P;
+            t.check(&s).unwrap();
+        }
+        let (ts, len) = tiles(&s, busy[0]);
+        assert_eq!(len, 32);
+        assert!(
+            ts[..32]
+                .iter()
+                .enumerate()
+                .all(|(k, &(a, e, f))| { a == k as u64 && e == a + 1 && f == (k % 2 == 1) })
+        );
+        // Free the first (merge above only), then 2, 4, ... (both sides);
+        // every merge must leave the links and subtree maxima consistent.
+        for &n in &busy {
+            t.release(&mut s, n);
+            t.check(&s).unwrap();
+        }
+        let first = t.tree.first(&s);
+        assert_eq!(tiles(&s, first).0[..1], [(0, 32, true)]);
+        assert_eq!(tiles(&s, first).1, 1);
+        assert_eq!(s.in_use(), 1);
+    }
+
+    #[test]
+    fn release_between_busy_areas_reuses_the_node() {
+        let mut s = FixedPool::<64>::new();
+        let mut t = FreeTree::new();
+        t.insert_block(&mut s, 0, 3 * P).unwrap();
+        let mut nodes = [NIL; 3];
+        for (k, n) in nodes.iter_mut().enumerate() {
+            let a = k as u64 * P;
+            let mut v = 0;
+            let b = t.containing(&s, a, P, &mut v).unwrap();
+            *n = s.alloc_node().unwrap();
+            t.carve(&mut s, b, a, P, *n).unwrap();
+            s.node_mut(*n).start = a;
+            s.node_mut(*n).end = a + P;
+        }
+        assert_eq!(t.tree.len, 0);
+        // The middle one: busy on both sides, so its node becomes the block.
+        t.release(&mut s, nodes[1]);
+        t.check(&s).unwrap();
+        assert_eq!(t.tree.root, nodes[1]);
+        assert_eq!(
+            tiles(&s, nodes[0]).0[..3],
+            [(0, 1, false), (1, 2, true), (2, 3, false)]
+        );
+        assert_eq!(s.in_use(), 3);
     }
 
     #[test]
@@ -293,7 +425,7 @@ mod tests {
         t.insert_block(&mut s, 0, 10 * P).unwrap();
         let b = t.tree.root;
         assert_eq!(
-            t.carve(&mut s, b, 4 * P, P),
+            t.carve(&mut s, b, 4 * P, P, NIL),
             Err(VmapError::NodePoolExhausted)
         );
         assert_eq!(t.free_bytes(&s), 10 * P);

@@ -12,7 +12,11 @@ pub(crate) const NIL: NodeIdx = u32::MAX;
 
 /// A tree node: one busy area or one free block `[start, end)` plus its AVL
 /// links. Opaque outside the crate; sources only store it.
+///
+/// One cache line each (47 bytes of fields): a node never straddles two
+/// lines, and the index-to-address step is a single shift.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 pub struct TreeNode {
     pub(crate) start: u64,
     pub(crate) end: u64,
@@ -25,6 +29,13 @@ pub struct TreeNode {
     /// Busy area parked in a per-node pool of the sharded front (still busy,
     /// but invisible to `find` and `free`).
     pub(crate) parked: bool,
+    /// A free block (in the free tree), not a busy area.
+    pub(crate) free: bool,
+    /// The tiles just below and above in address order, busy or free
+    /// (`Augmented` only; `NIL` at the ends of the space): vfree finds the
+    /// free blocks it merges with without searching the free tree.
+    pub(crate) prev_tile: NodeIdx,
+    pub(crate) next_tile: NodeIdx,
 }
 
 impl TreeNode {
@@ -38,6 +49,9 @@ impl TreeNode {
         parent: NIL,
         height: 0,
         parked: false,
+        free: false,
+        prev_tile: NIL,
+        next_tile: NIL,
     };
 }
 
@@ -45,7 +59,9 @@ impl TreeNode {
 /// returning `None`, which the allocator turns into
 /// [`VmapError::NodePoolExhausted`](crate::VmapError::NodePoolExhausted).
 pub trait NodeSource {
-    /// A fresh node slot, or `None` when the source is exhausted.
+    /// A node slot, or `None` when the source is exhausted. Its contents
+    /// are unspecified (a recycled slot may keep old values): the allocator
+    /// sets every field it reads.
     fn alloc_node(&mut self) -> Option<NodeIdx>;
     /// Returns a slot obtained from [`alloc_node`](Self::alloc_node).
     fn free_node(&mut self, idx: NodeIdx);
@@ -139,10 +155,9 @@ impl<const N: usize> NodeSource for FixedPool<N> {
 
     #[inline]
     fn free_node(&mut self, idx: NodeIdx) {
-        self.nodes[idx as usize] = TreeNode {
-            right: self.free_head,
-            ..TreeNode::EMPTY
-        };
+        // Only the free-list link is written: the allocator sets every field
+        // of a slot it takes before reading it.
+        self.nodes[idx as usize].right = self.free_head;
         self.free_head = idx;
         self.in_use -= 1;
     }
@@ -220,10 +235,9 @@ impl NodeSource for VecSource {
 
     #[inline]
     fn free_node(&mut self, idx: NodeIdx) {
-        self.nodes[idx as usize] = TreeNode {
-            right: self.free_head,
-            ..TreeNode::EMPTY
-        };
+        // Only the free-list link is written: the allocator sets every field
+        // of a slot it takes before reading it.
+        self.nodes[idx as usize].right = self.free_head;
         self.free_head = idx;
         self.in_use -= 1;
     }

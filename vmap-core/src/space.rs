@@ -228,7 +228,11 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
 
     fn unlink_node(&mut self, i: NodeIdx) -> VmapArea {
         let (start, end) = (self.src.node(i).start, self.src.node(i).end);
-        let prev = self.busy.prev(&self.src, i);
+        let prev = if self.policy.wants_prev() {
+            self.busy.prev(&self.src, i)
+        } else {
+            NIL
+        };
         self.busy.remove(&mut self.src, i);
         if !self.policy.release(&mut self.src, start, end, prev, i) {
             self.src.free_node(i);

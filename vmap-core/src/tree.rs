@@ -153,17 +153,39 @@ impl<A: Augment> Tree<A> {
     }
 
     /// Walks from `i` to the root updating heights/augmentation and
-    /// rebalancing.
+    /// rebalancing. Each node's children are read once: the balance check
+    /// and the recomputation share them.
     fn fix_up<S: NodeSource>(&mut self, s: &mut S, mut i: NodeIdx) {
         while i != NIL {
-            let changed = Self::update(s, i);
-            let top = self.rebalance(s, i);
-            if !changed && top == i {
+            let n = s.node(i);
+            let (l, r, own) = (n.left, n.right, n.end - n.start);
+            let (lh, la) = if l == NIL {
+                (0, 0)
+            } else {
+                (s.node(l).height, s.node(l).aug)
+            };
+            let (rh, ra) = if r == NIL {
+                (0, 0)
+            } else {
+                (s.node(r).height, s.node(r).aug)
+            };
+            if lh > rh + 1 || rh > lh + 1 {
+                // Rotations recompute the nodes they move.
+                let top = self.rebalance(s, i);
+                i = s.node(top).parent;
+                continue;
+            }
+            let h = 1 + lh.max(rh);
+            let a = if A::ACTIVE { own.max(la).max(ra) } else { 0 };
+            let n = s.node_mut(i);
+            if n.height == h && n.aug == a {
                 // Height and subtree max unchanged, balanced: nothing above
                 // can change.
                 return;
             }
-            i = s.node(top).parent;
+            n.height = h;
+            n.aug = a;
+            i = n.parent;
         }
     }
 
@@ -175,6 +197,26 @@ impl<A: Augment> Tree<A> {
                 return;
             }
             i = s.node(i).parent;
+        }
+    }
+
+    /// Raises the augmentation from `i` up to at least `v` after `i`'s block
+    /// grew to `v` bytes, stopping at the first node that already covers it.
+    /// Valid when the only other change below those nodes is the removal of
+    /// blocks no larger than `v` (a neighbour `i` absorbed): each maximum is
+    /// then exactly `max(old, v)`, so siblings need not be read.
+    #[inline]
+    pub(crate) fn raise_aug<S: NodeSource>(&self, s: &mut S, mut i: NodeIdx, v: u64) {
+        if !A::ACTIVE {
+            return;
+        }
+        while i != NIL {
+            let n = s.node_mut(i);
+            if n.aug >= v {
+                return;
+            }
+            n.aug = v;
+            i = n.parent;
         }
     }
 
@@ -213,43 +255,9 @@ impl<A: Augment> Tree<A> {
         self.fix_up(s, cur);
     }
 
-    /// Links node `n` between its in-order neighbours `below` and `above`
-    /// (either may be `NIL`), found by a search the caller already made: no
-    /// second descent. One of the two always has a free child slot on the
-    /// inner side.
-    pub(crate) fn insert_between<S: NodeSource>(
-        &mut self,
-        s: &mut S,
-        n: NodeIdx,
-        below: NodeIdx,
-        above: NodeIdx,
-    ) {
-        {
-            let node = s.node_mut(n);
-            node.left = NIL;
-            node.right = NIL;
-            node.height = 1;
-            node.aug = node.end - node.start;
-        }
-        self.len += 1;
-        let parent = if below != NIL && s.node(below).right == NIL {
-            s.node_mut(below).right = n;
-            below
-        } else if above != NIL {
-            debug_assert_eq!(s.node(above).left, NIL);
-            s.node_mut(above).left = n;
-            above
-        } else {
-            self.root = n;
-            s.node_mut(n).parent = NIL;
-            return;
-        };
-        s.node_mut(n).parent = parent;
-        self.fix_up(s, parent);
-    }
-
-    /// Unlinks node `z` (the slot stays allocated; the caller frees or
-    /// reuses it). No search: parent links give the position.
+    /// Unlinks node `z` (the slot stays allocated; the caller frees it or
+    /// links it again, its stale links must not be followed). No search:
+    /// parent links give the position.
     pub(crate) fn remove<S: NodeSource>(&mut self, s: &mut S, z: NodeIdx) {
         self.len -= 1;
         let (zl, zr, zp) = {
@@ -290,10 +298,8 @@ impl<A: Augment> Tree<A> {
                 yfix = y;
             }
         }
-        let zn = s.node_mut(z);
-        zn.left = NIL;
-        zn.right = NIL;
-        zn.parent = NIL;
+        // `z`'s own links are left as they were: every caller frees the slot
+        // or relinks it (`insert` sets them).
         self.fix_up(s, fix_from);
         if yfix != NIL {
             self.update_path(s, yfix);

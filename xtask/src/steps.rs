@@ -163,6 +163,8 @@ impl StepKind {
             }
             StepKind::Clippy => {
                 needs.components.insert("clippy");
+                // The nightly-peers row checks with nightly.
+                needs.nightly_miri = true;
             }
             StepKind::TestQemu => {
                 needs.targets.insert(QEMU_TARGET);
@@ -300,6 +302,25 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             Action::Cmd(cmd),
         ));
     }
+
+    // The nightly-only peer of `harness vmap-bench` (the `vmem` crate):
+    // type-checked on the nightly that the Miri rows install.
+    let nightly = Cmd::new("cargo")
+        .args([
+            "+nightly",
+            "check",
+            "-p",
+            "harness",
+            "--features",
+            "nightly-peers",
+        ])
+        .env("CARGO_TARGET_DIR", "target/xtask/nightly");
+    rows.push(Step::new(
+        StepKind::Clippy,
+        "host",
+        "nightly-peers",
+        Action::Cmd(nightly),
+    ));
 
     for config in FEATURE_CONFIGS {
         let cmd = Cmd::new("cargo")

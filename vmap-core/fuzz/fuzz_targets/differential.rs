@@ -9,14 +9,23 @@ mod common;
 
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
-use vmap_core::{AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr, VmapSpace};
+use vmap_core::{
+    AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr,
+    VmapSpace,
+};
 
 const P: u64 = 0x1000;
 const BASE: u64 = 0x4000_0000;
 const PAGES: u64 = 256;
 
 fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
-    VmapSpace::new(VirtAddr::new(BASE), VirtAddr::new(BASE + PAGES * P), P, VecSource::new()).unwrap()
+    VmapSpace::new(
+        VirtAddr::new(BASE),
+        VirtAddr::new(BASE + PAGES * P),
+        P,
+        VecSource::new(),
+    )
+    .unwrap()
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -29,12 +38,28 @@ fuzz_target!(|data: &[u8]| {
         if op[0] & 1 == 0 {
             let size = (b(1) % 64) * P; // 0 pages: exercises ZeroSize
             let align = P << (b(2) % 9);
-            let phase = if b(2) & 0x80 != 0 { (b(3) % (align / P)) * P } else { 0 };
-            let nocross = if b(3) & 0x80 != 0 { size.next_power_of_two() << (b(3) % 3) } else { 0 };
+            let phase = if b(2) & 0x80 != 0 {
+                (b(3) % (align / P)) * P
+            } else {
+                0
+            };
+            let nocross = if b(3) & 0x80 != 0 {
+                size.next_power_of_two() << (b(3) % 3)
+            } else {
+                0
+            };
             let vstart = BASE + (b(4) % PAGES) * P;
             let vend = (vstart + (b(5) + 1) * P).min(BASE + PAGES * P + (op[0] as u64 >> 7) * P);
             let exact = (op[0] & 2 != 0).then_some(vstart);
-            let r = Req { size, align, phase, nocross, vstart, vend, exact };
+            let r = Req {
+                size,
+                align,
+                phase,
+                nocross,
+                vstart,
+                vend,
+                exact,
+            };
             let mut q = AllocRequest::new(size, align, VirtAddr::new(vstart), VirtAddr::new(vend))
                 .phase(phase)
                 .nocross(nocross);

@@ -58,21 +58,25 @@ impl FreeAreaCache for Augmented {
         s: &mut S,
         a: u64,
         size: u64,
-        _: NodeIdx,
+        node: NodeIdx,
     ) -> Result<(), VmapError> {
         let b = core::mem::replace(&mut self.found, NIL);
-        self.free.carve(s, b, a, size)
+        self.free.carve(s, b, a, size, node)
+    }
+
+    fn wants_prev(&self) -> bool {
+        false
     }
 
     fn release<S: NodeSource>(
         &mut self,
         s: &mut S,
-        start: u64,
-        end: u64,
+        _: u64,
+        _: u64,
         _: NodeIdx,
         freed: NodeIdx,
     ) -> bool {
-        self.free.release(s, start, end, freed);
+        self.free.release(s, freed);
         true
     }
 
@@ -85,14 +89,23 @@ impl FreeAreaCache for Augmented {
     ) -> Result<(), &'static str> {
         self.free.check(s)?;
         // Free and busy blocks must tile [start, end) exactly.
+        // The tiling list links them in that order, each marked free or busy.
         let (mut f, mut b) = (self.free.tree.first(s), busy.first(s));
         let mut at = start;
+        let mut last = NIL;
         while f != NIL || b != NIL {
             let take_free = b == NIL || (f != NIL && s.node(f).start < s.node(b).start);
             let i = if take_free { f } else { b };
             if s.node(i).start != at {
                 return Err("free and busy areas do not tile the space");
             }
+            if s.node(i).free != take_free {
+                return Err("free flag does not match the tree a node is in");
+            }
+            if s.node(i).prev_tile != last || (last != NIL && s.node(last).next_tile != i) {
+                return Err("tiling list out of address order");
+            }
+            last = i;
             at = s.node(i).end;
             if take_free {
                 f = self.free.tree.next(s, f);
@@ -102,6 +115,9 @@ impl FreeAreaCache for Augmented {
         }
         if at != end {
             return Err("free and busy areas do not reach the end of the space");
+        }
+        if last != NIL && s.node(last).next_tile != NIL {
+            return Err("tiling list runs past the end of the space");
         }
         Ok(())
     }

@@ -133,6 +133,10 @@ impl FreeAreaCache for FreeAreaCachePolicy {
         Ok(())
     }
 
+    fn wants_prev(&self) -> bool {
+        self.cache != NIL
+    }
+
     fn release<S: NodeSource>(
         &mut self,
         s: &mut S,

@@ -52,6 +52,10 @@ impl FreeAreaCache for Linear {
         Ok(())
     }
 
+    fn wants_prev(&self) -> bool {
+        false
+    }
+
     fn release<S: NodeSource>(
         &mut self,
         _: &mut S,

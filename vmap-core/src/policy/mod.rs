@@ -68,8 +68,17 @@ pub trait FreeAreaCache: Sized {
         node: NodeIdx,
     ) -> Result<(), VmapError>;
 
+    /// Whether the next [`release`](Self::release) needs the freed area's
+    /// busy predecessor (looked up before the node is unlinked; skipped when
+    /// the policy has no use for it).
+    #[doc(hidden)]
+    fn wants_prev(&self) -> bool {
+        true
+    }
+
     /// `[start, end)` was freed; its busy node `freed` is unlinked (but its
-    /// contents intact) and `prev` was its busy predecessor. Returns whether
+    /// contents intact) and `prev` was its busy predecessor (`NIL` if
+    /// [`wants_prev`](Self::wants_prev) said no). Returns whether
     /// the policy kept `freed` (otherwise the caller frees it).
     #[doc(hidden)]
     fn release<S: NodeSource>(

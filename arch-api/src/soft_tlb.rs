@@ -21,7 +21,7 @@ mod held;
 
 use crate::cost::{CostModel, busy_wait_ns};
 use crate::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush, VirtAddr};
-use held::{HeldPages, count_except};
+use held::{CpuMask, HeldPages, count_except};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -245,7 +245,11 @@ impl SoftTlb {
         let mut held = self.lock();
         // With the cpumask, a CPU left out of the shootdown holds nothing in
         // the ranges (or it would have been interrupted) and keeps the rest.
+        // With the cpumask and nothing held anywhere (a zap of pages no CPU
+        // touched): nobody to interrupt, nothing to drop, no mask to build.
+        let nobody = self.cpumask && held.is_empty();
         let mut targets = self.cpumask.then(|| match ranges {
+            _ if nobody => CpuMask::new(),
             None => held.holders(None),
             Some(list) => {
                 let mut m = held.holders(Some((0, 0))); // no CPU yet
@@ -263,6 +267,7 @@ impl SoftTlb {
         if full {
             match &mut targets {
                 None => held.clear(),
+                Some(m) if nobody => debug_assert!(m.is_empty()),
                 Some(m) => {
                     m[from / 64] |= 1 << (from % 64);
                     held.clear_cpus(m);
@@ -454,6 +459,16 @@ mod tests {
         m.on(0).flush_ranges(&far, P);
         assert_eq!(m.stats().ipis, 2, "CPUs 1 and 2, not 3");
         assert_eq!(m.held(3), 1);
+        // With the cpumask and nothing held anywhere: no IPI, still counted.
+        let e = SoftTlb::new(4, P, cost).with_cpumask_shootdown(true);
+        e.on(1).flush_ranges(&far, P);
+        e.on(1).flush_all();
+        let s = e.stats();
+        assert_eq!(
+            (s.ipis, s.flush_events, s.full_flushes, s.pages_flushed),
+            (0, 2, 1, 2)
+        );
+        assert_eq!(s.cost_ns, 2 * 7 + 1000);
     }
 
     #[test]

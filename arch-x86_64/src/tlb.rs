@@ -81,9 +81,24 @@ pub enum Shootdown {
         /// Page size of the mappings (4 KiB, 2 MiB or 1 GiB).
         page_size: u64,
     },
+    /// Several ranges in pages of `page_size` bytes, the first `len` of
+    /// `list`, together at most the ceiling many pages: a gather's flush
+    /// list in one round of IPIs.
+    Ranges {
+        /// `[start, end)` ranges; only the first `len` count.
+        list: [(VirtAddr, VirtAddr); MAX_SHOOTDOWN_RANGES],
+        /// How many of `list` are used.
+        len: usize,
+        /// Page size of the mappings.
+        page_size: u64,
+    },
     /// Everything, global translations included.
     All,
 }
+
+/// Ranges one [`Shootdown::Ranges`] carries (a zap-walker gather sends up
+/// to 8).
+pub const MAX_SHOOTDOWN_RANGES: usize = 8;
 
 /// Pages of `page_size` touched by `[start, end)`; 0 when empty.
 #[cfg_attr(
@@ -172,6 +187,28 @@ impl X86Tlb {
                     }
                 }
             }
+            Shootdown::Ranges {
+                ref list,
+                len,
+                page_size,
+            } => {
+                let list = &list[..len.min(MAX_SHOOTDOWN_RANGES)];
+                let pages = list
+                    .iter()
+                    .map(|&(s, e)| pages_in_range(s, e, page_size))
+                    .fold(0, u64::saturating_add);
+                if pages > self.ceiling {
+                    self.full_local();
+                    return;
+                }
+                for &(start, end) in list {
+                    let mut va = start.align_down(page_size);
+                    while va < end {
+                        self.invlpg(va);
+                        va = VirtAddr::new(va.as_u64() + page_size);
+                    }
+                }
+            }
             Shootdown::All => self.full_local(),
         }
     }
@@ -245,6 +282,33 @@ impl TlbFlush for X86Tlb {
         };
         self.flush_local(&req);
         self.shoot(req);
+    }
+
+    /// One shootdown per [`MAX_SHOOTDOWN_RANGES`] ranges of the list; a full
+    /// flush if together they exceed the ceiling.
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+        let pages: u64 = ranges
+            .iter()
+            .map(|&(s, e)| pages_in_range(s, e, page_size))
+            .fold(0, u64::saturating_add);
+        if pages == 0 {
+            return;
+        }
+        if pages > self.ceiling {
+            self.flush_all();
+            return;
+        }
+        for chunk in ranges.chunks(MAX_SHOOTDOWN_RANGES) {
+            let mut list = [(VirtAddr::new(0), VirtAddr::new(0)); MAX_SHOOTDOWN_RANGES];
+            list[..chunk.len()].copy_from_slice(chunk);
+            let req = Shootdown::Ranges {
+                list,
+                len: chunk.len(),
+                page_size,
+            };
+            self.flush_local(&req);
+            self.shoot(req);
+        }
     }
 }
 

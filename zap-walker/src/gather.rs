@@ -25,8 +25,9 @@ use arrayvec::ArrayVec;
 /// `MAX_GATHER_BATCH` is one page of pointers.
 pub const DEFAULT_BATCH: usize = 256;
 
-/// Disjoint ranges a gather tracks before merging the nearest two.
-pub const FLUSH_RANGES: usize = 4;
+/// Disjoint ranges a gather tracks before merging the nearest two (a
+/// preemptible zap's 8-page batch of scattered pages fits).
+pub const FLUSH_RANGES: usize = 8;
 
 /// What a batched record frees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -355,23 +356,37 @@ mod tests {
     fn a_full_list_merges_the_two_closest_ranges() {
         let rec = Rec::default();
         let mut g: Gather<&Rec, 4> = Gather::new(&rec);
-        for n in [0, 100, 1000, 10_000] {
+        let far = [0u64, 100, 1000, 10_000, 20_000, 30_000, 40_000, 50_000];
+        assert_eq!(far.len(), FLUSH_RANGES);
+        for n in far {
             page(&mut g, n);
         }
-        page(&mut g, 103); // fifth: 0 and 100 are the closest pair
+        // Eight single pages a list can carry: eight page flushes.
+        assert_eq!(ranges(&g).len(), FLUSH_RANGES);
+        page(&mut g, 103); // one more: 0 and 100 are the closest pair
+        let r = ranges(&g);
+        assert_eq!(r.len(), FLUSH_RANGES);
         assert_eq!(
-            ranges(&g),
+            &r[..3],
             [
                 (0, 101 * P - 1),
                 (103 * P, 104 * P - 1),
-                (1000 * P, 1001 * P - 1),
-                (10_000 * P, 10_001 * P - 1)
+                (1000 * P, 1001 * P - 1)
             ]
         );
-        // 101 + 1 + 1 + 1 pages: above the ceiling, so one full flush.
+        assert_eq!(r[7], (50_000 * P, 50_001 * P - 1));
+        // 101 + 7 pages: above the ceiling, so one full flush.
         g.flush(P);
         assert_eq!(*rec.0.borrow(), [None]);
         assert_eq!(g.stats().full_flushes, 1);
+        // Eight far pages alone fit under the ceiling: one list of eight.
+        for n in far {
+            page(&mut g, n);
+        }
+        g.flush(P);
+        let last = rec.0.borrow().last().cloned().flatten().unwrap();
+        assert_eq!(last.len(), 8);
+        assert_eq!(last[1], (100 * P, 101 * P));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! * [`Walker::zap_range`] clears a range under a [`ZapBudget`] (the seam:
 //!   `work`, `address`, `unbounded` in [`budget`]), batching freed frames and
 //!   emptied tables in a [`Gather`] that flushes the TLB once per batch (up
-//!   to four disjoint ranges in one shootdown) and returns the frames with one
+//!   to eight disjoint ranges in one shootdown) and returns the frames with one
 //!   `FrameSource::free_many` call, and
 //!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
 //!   Table pages that become empty are freed, as Linux's `free_pgtables`.

@@ -143,6 +143,11 @@ impl HeldPages {
     }
 
     /// Pages `cpu` holds.
+    /// Whether no CPU holds any translation.
+    pub(super) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     pub(super) fn count(&self, cpu: usize) -> u64 {
         self.per_cpu[cpu]
     }

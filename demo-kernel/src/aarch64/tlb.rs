@@ -60,4 +60,25 @@ impl TlbFlush for Tlb {
         }
         self.0.flush_range(start, end, page_size);
     }
+
+    /// Forwarded, so the gather's flush lists reach
+    /// `Aarch64Tlb::flush_ranges` (barriers once around the list) and are
+    /// counted by the same plan.
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+        let pages = ranges
+            .iter()
+            .map(
+                |&(s, e)| match plan_range_flush::<Layout>(s, e, page_size, u64::MAX) {
+                    RangeFlush::Pages { count, .. } => count,
+                    _ => 0,
+                },
+            )
+            .fold(0u64, u64::saturating_add);
+        if pages > self.flush_ceiling_pages() {
+            FULL_OPS.fetch_add(1, Relaxed);
+        } else {
+            PAGE_OPS.fetch_add(pages, Relaxed);
+        }
+        self.0.flush_ranges(ranges, page_size);
+    }
 }

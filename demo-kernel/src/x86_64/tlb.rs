@@ -89,4 +89,19 @@ impl TlbFlush for Tlb {
         }
         self.0.flush_range(start, end, page_size);
     }
+
+    /// Forwarded, so the gather's flush lists reach `X86Tlb::flush_ranges`
+    /// (one `Shootdown::Ranges` per list) and are counted as it issues them.
+    fn flush_ranges(&self, ranges: &[(VirtAddr, VirtAddr)], page_size: u64) {
+        match arch_api::range_list_pages(ranges, page_size) {
+            0 => {}
+            p if p > self.0.flush_ceiling_pages() => {
+                FULL.fetch_add(1, Ordering::Relaxed);
+            }
+            p => {
+                INVLPG.fetch_add(p, Ordering::Relaxed);
+            }
+        }
+        self.0.flush_ranges(ranges, page_size);
+    }
 }

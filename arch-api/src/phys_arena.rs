@@ -282,8 +282,8 @@ impl FrameSource for PhysArena {
             let Some(start) = st.find_run(self.frames, count, align_frames) else {
                 for f in &out[..i] {
                     let start = (f.as_u64() - Self::BASE.as_u64()) >> self.granule_shift;
-                    st.set_range(start, count, false);
-                    st.hint = st.hint.min(start);
+                    // Just set above: cannot be refused.
+                    let _ = st.release(start, count);
                 }
                 return Err(FrameError::OutOfFrames);
             };

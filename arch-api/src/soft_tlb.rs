@@ -252,7 +252,7 @@ impl SoftTlb {
             _ if nobody => CpuMask::new(),
             None => held.holders(None),
             Some(list) => {
-                let mut m = held.holders(Some((0, 0))); // no CPU yet
+                let mut m = held.no_cpus();
                 for &(s, e) in list.iter().filter(|(s, e)| e > s) {
                     held.holders_into(Some(self.page_span(s, e)), &mut m);
                 }

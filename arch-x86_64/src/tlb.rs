@@ -180,11 +180,7 @@ impl X86Tlb {
                 if pages_in_range(start, end, page_size) > self.ceiling {
                     self.full_local();
                 } else {
-                    let mut va = start.align_down(page_size);
-                    while va < end {
-                        self.invlpg(va);
-                        va = VirtAddr::new(va.as_u64() + page_size);
-                    }
+                    self.invlpg_range(start, end, page_size);
                 }
             }
             Shootdown::Ranges {
@@ -202,14 +198,19 @@ impl X86Tlb {
                     return;
                 }
                 for &(start, end) in list {
-                    let mut va = start.align_down(page_size);
-                    while va < end {
-                        self.invlpg(va);
-                        va = VirtAddr::new(va.as_u64() + page_size);
-                    }
+                    self.invlpg_range(start, end, page_size);
                 }
             }
             Shootdown::All => self.full_local(),
+        }
+    }
+
+    /// `invlpg` for every page of `page_size` that `[start, end)` touches.
+    fn invlpg_range(&self, start: VirtAddr, end: VirtAddr, page_size: u64) {
+        let mut va = start.align_down(page_size);
+        while va < end {
+            self.invlpg(va);
+            va = VirtAddr::new(va.as_u64() + page_size);
         }
     }
 

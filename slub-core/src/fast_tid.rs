@@ -169,6 +169,44 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         })
     }
 
+    /// The CAS that ends every tid fast path, alloc (`window` =
+    /// `AllocWindow`) or free: the preemption point the migrating backend
+    /// tests, the cell of the CPU we are on now (unless only the owner ever
+    /// writes it), the CAS from `(fl, tid)` to `(head, next tid)`, and its
+    /// counter. `cpu` becomes the CPU the CAS was tried on, so a retry
+    /// reads that CPU's cell.
+    #[inline(always)]
+    fn tid_commit(
+        &self,
+        cpu: &mut usize,
+        window: PreemptPoint,
+        fl: u64,
+        tid: u64,
+        head: u64,
+    ) -> bool {
+        self.cpus.preempt_point(window);
+        if !C::OWNER_ONLY_WRITES {
+            *cpu = self.cpus.current_cpu().unwrap_or(*cpu);
+        }
+        if self.cpu_cas(
+            self.cpu_slab(*cpu),
+            DoubleWord::new(fl, tid),
+            DoubleWord::new(head, self.next_tid(tid)),
+        ) {
+            #[cfg(feature = "stats")]
+            self.cpu_slab(*cpu)
+                .stats
+                .inc(if window == PreemptPoint::AllocWindow {
+                    crate::stats::StatItem::AllocFastpath
+                } else {
+                    crate::stats::StatItem::FreeFastpath
+                });
+            return true;
+        }
+        stat!(self, *cpu, CmpxchgDoubleCpuFail);
+        false
+    }
+
     /// The CPU id for a fast-path try: [`CpuLocal::pinned_cpu`] where the
     /// backend has it (a plain thread-local read; registering a new thread is
     /// left to the slow path), else [`CpuLocal::current_cpu`].
@@ -209,21 +247,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         {
             return None;
         }
-        self.cpus.preempt_point(PreemptPoint::AllocWindow);
-        if !C::OWNER_ONLY_WRITES {
-            // The CAS hits the cell of the CPU we are on now.
-            cpu = self.cpus.current_cpu().unwrap_or(cpu);
-        }
-        if self.cpu_cas(
-            self.cpu_slab(cpu),
-            DoubleWord::new(fl, tid),
-            DoubleWord::new(next, self.next_tid(tid)),
-        ) {
-            stat!(self, cpu, AllocFastpath);
-            return Some(fl as usize);
-        }
-        stat!(self, cpu, CmpxchgDoubleCpuFail);
-        None
+        self.tid_commit(&mut cpu, PreemptPoint::AllocWindow, fl, tid, next)
+            .then_some(fl as usize)
     }
 
     /// `slab_alloc` for the tid front (the slow path's entry: the fast path
@@ -240,20 +265,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 let Some(next) = self.next_of(c, fl, tid)? else {
                     continue;
                 };
-                self.cpus.preempt_point(PreemptPoint::AllocWindow);
-                if !C::OWNER_ONLY_WRITES {
-                    // The CAS hits the cell of the CPU we are on now.
-                    cpu = self.cpus.current_cpu().unwrap_or(cpu);
-                }
-                if self.cpu_cas(
-                    self.cpu_slab(cpu),
-                    DoubleWord::new(fl, tid),
-                    DoubleWord::new(next, self.next_tid(tid)),
-                ) {
-                    stat!(self, cpu, AllocFastpath);
+                if self.tid_commit(&mut cpu, PreemptPoint::AllocWindow, fl, tid, next) {
                     return Ok(fl as usize);
                 }
-                stat!(self, cpu, CmpxchgDoubleCpuFail);
             }
         }
         self.alloc_tid_slow()
@@ -406,20 +420,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         // SAFETY: `p` is an object of the CPU slab (range-checked here and
         // boundary-checked by the caller) and is being freed by us.
         unsafe { self.codec.set(p, fl) };
-        self.cpus.preempt_point(PreemptPoint::FreeWindow);
-        if !C::OWNER_ONLY_WRITES {
-            cpu = self.cpus.current_cpu().unwrap_or(cpu);
+        if self.tid_commit(&mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
+            FastFree::Done
+        } else {
+            FastFree::Slow
         }
-        if self.cpu_cas(
-            self.cpu_slab(cpu),
-            DoubleWord::new(fl, tid),
-            DoubleWord::new(p as u64, self.next_tid(tid)),
-        ) {
-            stat!(self, cpu, FreeFastpath);
-            return FastFree::Done;
-        }
-        stat!(self, cpu, CmpxchgDoubleCpuFail);
-        FastFree::Slow
     }
 
     /// `slab_free` for the tid front (the slow path's entry). `p` has passed
@@ -439,19 +444,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 // SAFETY: `p` is an object of the CPU slab (range-checked and
                 // boundary-checked by the caller) and is being freed by us.
                 unsafe { self.codec.set(p, fl) };
-                self.cpus.preempt_point(PreemptPoint::FreeWindow);
-                if !C::OWNER_ONLY_WRITES {
-                    cpu = self.cpus.current_cpu().unwrap_or(cpu);
-                }
-                if self.cpu_cas(
-                    self.cpu_slab(cpu),
-                    DoubleWord::new(fl, tid),
-                    DoubleWord::new(p as u64, self.next_tid(tid)),
-                ) {
-                    stat!(self, cpu, FreeFastpath);
+                if self.tid_commit(&mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
                     return Ok(());
                 }
-                stat!(self, cpu, CmpxchgDoubleCpuFail);
             }
         }
         self.free_tid_slow(p)

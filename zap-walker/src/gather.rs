@@ -238,30 +238,19 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
     /// through it: backends must invalidate non-leaf walk entries too (arm64
     /// uses `tlbi vae1is`, not `vale1is`; x86 `invlpg` always does).
     pub(crate) fn flush(&mut self, page_size: u64) {
-        match self.ranges.len() {
-            0 => {}
-            1 => {
-                let (s, l) = self.ranges[0];
-                let end = l.saturating_add(1);
-                if (end - s).div_ceil(page_size) > self.tlb.flush_ceiling_pages() {
-                    self.stats.full_flushes += 1;
-                }
-                self.tlb
-                    .flush_range(VirtAddr::new(s), VirtAddr::new(end), page_size);
-                self.stats.flushes += 1;
+        if !self.ranges.is_empty() {
+            let mut list = [(VirtAddr::new(0), VirtAddr::new(0)); FLUSH_RANGES];
+            for (d, &(s, l)) in list.iter_mut().zip(&self.ranges) {
+                *d = (VirtAddr::new(s), VirtAddr::new(l.saturating_add(1)));
             }
-            n => {
-                let mut list = [(VirtAddr::new(0), VirtAddr::new(0)); FLUSH_RANGES];
-                for (d, &(s, l)) in list.iter_mut().zip(&self.ranges) {
-                    *d = (VirtAddr::new(s), VirtAddr::new(l.saturating_add(1)));
-                }
-                let list = &list[..n];
-                if range_list_pages(list, page_size) > self.tlb.flush_ceiling_pages() {
-                    self.stats.full_flushes += 1;
-                }
-                self.tlb.flush_ranges(list, page_size);
-                self.stats.flushes += 1;
+            let list = &list[..self.ranges.len()];
+            if range_list_pages(list, page_size) > self.tlb.flush_ceiling_pages() {
+                self.stats.full_flushes += 1;
             }
+            // One range or several: `flush_ranges` of one range is that
+            // range's `flush_range` (or a full flush past the ceiling).
+            self.tlb.flush_ranges(list, page_size);
+            self.stats.flushes += 1;
         }
         self.ranges.clear();
         self.freed_tables = false;

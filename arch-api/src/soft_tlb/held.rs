@@ -143,6 +143,11 @@ impl HeldPages {
     }
 
     /// Pages `cpu` holds.
+    /// A mask with no CPU in it.
+    pub(super) fn no_cpus(&self) -> CpuMask {
+        vec![0u64; self.words as usize]
+    }
+
     /// Whether no CPU holds any translation.
     pub(super) fn is_empty(&self) -> bool {
         self.map.is_empty()
@@ -210,7 +215,7 @@ impl HeldPages {
     /// The CPUs holding some page of `[first, last)`, or any page at all
     /// (`None`).
     pub(super) fn holders(&self, span: Option<(u64, u64)>) -> CpuMask {
-        let mut out = vec![0u64; self.words as usize];
+        let mut out = self.no_cpus();
         self.holders_into(span, &mut out);
         out
     }

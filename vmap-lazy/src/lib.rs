@@ -40,6 +40,8 @@ mod backing;
 mod checker;
 mod error;
 #[cfg(feature = "alloc")]
+mod frame_cache;
+#[cfg(feature = "alloc")]
 mod info;
 #[cfg(feature = "alloc")]
 mod lazy;

@@ -1,16 +1,21 @@
 //! `Mapper`: the page-table side of vmalloc, shared by [`Vmalloc`] and
 //! [`NodeVmalloc`]: backing frames in, map, unmap without a flush, and the
-//! software MMU. One lock (`init_mm`'s page-table lock) around one walker.
+//! software MMU. One lock (`init_mm`'s page-table lock) around one walker,
+//! and beside it the walker's [`LeafPath`]: small areas inside last-level
+//! tables that exist are mapped and cleared without that lock (Linux writes
+//! vmalloc PTEs unlocked: each range has one owner and kernel tables are
+//! never freed); only populating a table takes it.
 //!
 //! [`Vmalloc`]: crate::Vmalloc
 //! [`NodeVmalloc`]: crate::NodeVmalloc
 
 use crate::backing::VmallocMem;
 use crate::error::VmallocError;
+use crate::frame_cache::FrameCache;
 use alloc::vec::Vec;
 use arch_api::sync::{Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
-use zap_walker::{Frames, Gather, Translation, Unbounded, WalkError, Walker};
+use zap_walker::{Frames, Gather, LeafPath, Translation, Unbounded, WalkError, Walker};
 
 /// A TLB "flush" that does nothing: how `vfree` clears page-table entries
 /// without flushing (the flush is deferred to the purge).
@@ -31,6 +36,8 @@ const STACK_FRAMES: usize = 16;
 pub(crate) struct Mapper<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized, R: RawMutex> {
     pub(crate) mem: &'m VmallocMem<'m, M>,
     pt: Mutex<R, Walker<'m, L, VmallocMem<'m, M>>>,
+    /// The walker's unlocked path (`None` on a one-level layout).
+    leaf: Option<LeafPath<'m, L, VmallocMem<'m, M>>>,
 }
 
 impl<'m, L, M, R> Mapper<'m, L, M, R>
@@ -44,9 +51,16 @@ where
         // Kernel page tables are never freed (the TLB may cache walks
         // through them until a flush, which vfree defers).
         walker.set_free_empty_tables(false);
+        // SAFETY: the path lives in this Mapper beside the walker and is
+        // used only through `&self`, so never after the walker is dropped.
+        // Every range it maps or clears is a vmalloc area's, which has one
+        // owner from its reservation until its purge (see `unmap_cached`
+        // and `NodeVmalloc::write_byte`).
+        let leaf = unsafe { walker.leaf_path() };
         Ok(Self {
             mem,
             pt: Mutex::new(walker),
+            leaf,
         })
     }
 
@@ -92,6 +106,44 @@ where
         Ok(())
     }
 
+    /// [`map_new`](Self::map_new) with the frames from `cache` (see
+    /// `frame_cache.rs`) when the area is small; on error the frames go back
+    /// to the cache and nothing is mapped.
+    pub(crate) fn map_new_cached(
+        &self,
+        cache: &FrameCache<R>,
+        va: VirtAddr,
+        pages: u64,
+    ) -> Result<(), VmallocError> {
+        if pages > STACK_FRAMES as u64 {
+            return self.map_new(va, pages);
+        }
+        let mut stack = [PhysAddr::new(0); STACK_FRAMES];
+        let frames = &mut stack[..pages as usize];
+        cache
+            .take(self.mem, L::PAGE_SIZE, frames)
+            .map_err(VmallocError::OutOfFrames)?;
+        let frames = &*frames;
+        #[cfg(feature = "debug")]
+        self.poison_frames(frames, 0xa5);
+        let flags = MapFlags::WRITE | MapFlags::GLOBAL;
+        let unlocked = match &self.leaf {
+            Some(lp) => lp.map(va, frames, flags),
+            None => Ok(false),
+        };
+        let r = match unlocked {
+            Ok(true) => Ok(()),
+            // A table is missing (or the range is odd): the locked walk.
+            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            cache.put(self.mem, L::PAGE_SIZE, frames);
+            return Err(VmallocError::Map(e));
+        }
+        Ok(())
+    }
+
     /// Maps the caller's `frames` at `va`; on error nothing is mapped.
     pub(crate) fn map_frames(
         &self,
@@ -131,8 +183,99 @@ where
         r.map(|_| ()).map_err(VmallocError::Unmap)
     }
 
+    /// [`unmap_noflush`](Self::unmap_noflush) of a small `vmalloc` area
+    /// whose frames go to `cache` instead of the frame source: they are
+    /// listed under the page-table lock before the zap (which keeps its
+    /// frees) and handed to the cache after the lock is dropped. A frame
+    /// still mapped after a failed zap stays mapped, as with `unmap_noflush`.
+    pub(crate) fn unmap_cached(
+        &self,
+        cache: &FrameCache<R>,
+        start: VirtAddr,
+        end: VirtAddr,
+    ) -> Result<(), VmallocError> {
+        let ps = L::PAGE_SIZE;
+        let pages = (end.as_u64() - start.as_u64()) / ps;
+        if pages > STACK_FRAMES as u64 {
+            return self.unmap_noflush(start, end, false);
+        }
+        let mut stack = [PhysAddr::new(0); STACK_FRAMES];
+        if let Some(n) = self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
+            cache.put(self.mem, ps, &stack[..n]);
+            return Ok(());
+        }
+        let mut n = 0;
+        let r = {
+            let mut pt = self.pt.lock();
+            let page = |k: u64| VirtAddr::new(start.as_u64() + k * ps);
+            let mut before = [None; STACK_FRAMES];
+            for (k, slot) in before.iter_mut().enumerate().take(pages as usize) {
+                match pt.translate(page(k as u64)) {
+                    Some(t) if t.size != ps => {
+                        // Not an area of base pages: the plain path.
+                        drop(pt);
+                        return self.unmap_noflush(start, end, false);
+                    }
+                    // MMIO is not memory of the source (nor of the cache).
+                    Some(t) if !t.flags.contains(MapFlags::DEVICE) => *slot = Some(t.frame),
+                    _ => {}
+                }
+            }
+            self.mem.set_keep_frees(true);
+            let mut gather: Gather<NoFlush, 64> = Gather::new(NoFlush);
+            let r = pt.zap_range(start, end, &mut Unbounded::new(ps), &mut gather);
+            self.mem.set_keep_frees(false);
+            // Ours now: the frames whose page the zap cleared.
+            for (k, f) in before.iter().enumerate().take(pages as usize) {
+                if let Some(f) = *f {
+                    if r.is_ok() || pt.translate(page(k as u64)).is_none() {
+                        stack[n] = f;
+                        n += 1;
+                    }
+                }
+            }
+            r
+        };
+        cache.put(self.mem, ps, &stack[..n]);
+        r.map(|_| ()).map_err(VmallocError::Unmap)
+    }
+
+    /// Returns the frames `cache` holds to the frame source.
+    pub(crate) fn drain_cache(&self, cache: &FrameCache<R>) {
+        cache.drain(self.mem, L::PAGE_SIZE);
+    }
+
     pub(crate) fn translate(&self, va: VirtAddr) -> Option<Translation> {
         self.pt.lock().translate(va)
+    }
+
+    /// Writes `byte` at `va` of a `vmalloc` area without the page-table
+    /// lock.
+    ///
+    /// # Safety
+    ///
+    /// `va` must lie in a live `vmalloc` area that cannot be freed until
+    /// this returns (the caller holds what a `vfree` of it must take), and no
+    /// other CPU may access that byte meanwhile: then the frame behind `va`
+    /// stays mapped and vmalloc's, and the write races with nothing.
+    pub(crate) unsafe fn write_byte_owned(
+        &self,
+        va: VirtAddr,
+        byte: u8,
+    ) -> Result<(), VmallocError> {
+        let Some(lp) = &self.leaf else {
+            return self.write_byte(va, byte);
+        };
+        let t = lp
+            .translate(va)
+            .filter(|t| t.flags.contains(MapFlags::WRITE))
+            .ok_or(VmallocError::NotFound { addr: va.as_u64() })?;
+        let p = self.mem.phys_to_ptr(t.phys);
+        // SAFETY: `t.phys` lies in a frame mapped at `va`, which the frame
+        // source handed out and the direct map reaches through `p`; by the
+        // caller's contract it stays mapped and unshared while we write.
+        unsafe { p.write_volatile(byte) };
+        Ok(())
     }
 
     pub(crate) fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
@@ -144,8 +287,11 @@ where
         let p = self.mem.phys_to_ptr(t.phys);
         // SAFETY: `t.phys` lies in a frame the walker maps, which the frame
         // source handed out and the direct map reaches through `p`; the page
-        // table lock is held, so no zap can unmap and free the frame while
-        // we write, and concurrent writers through this call are serialised.
+        // table lock is held, so no locked zap can unmap and free the frame
+        // while we write, and concurrent writers through this call are
+        // serialised. The unlocked zap (`unmap_cached`) only clears
+        // `NodeVmalloc`'s vmalloc areas, whose writes go through
+        // `write_byte_owned` under the node lock instead, never here.
         unsafe { p.write_volatile(byte) };
         Ok(())
     }

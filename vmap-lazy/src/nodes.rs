@@ -7,11 +7,18 @@
 //!
 //! `vmap_lazy_nr` is one global counter, updated in the same order as in
 //! `lazy.rs`: count first, then publish on the node's list.
+//!
+//! What a small `vmalloc` / `vfree` pair writes is kept per node where it
+//! can be, so that CPUs working on different nodes do not pass cache lines
+//! back and forth: the backing frames come from and return to the node's
+//! frame cache (`frame_cache.rs`), and the alloc / free counts are per node
+//! (summed by [`NodeVmalloc::stats`]).
 
 use crate::area::{AreaInfo, AreaKind, AreaState, Counters, PurgeReport, VmallocStats};
 use crate::backing::VmallocMem;
 use crate::checker::{AllocCheck, NoCheck};
 use crate::error::VmallocError;
+use crate::frame_cache::FrameCache;
 use crate::lazy::LazyRange;
 use crate::mapper::{Mapper, is_shortage, pages_for};
 use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy};
@@ -29,6 +36,15 @@ use vmap_core::{VmapArea, VmapError, VmapNodes};
 pub struct NodeLazy {
     areas: BTreeMap<u64, AreaInfo>,
     lazy: Vec<LazyRange>,
+}
+
+/// What one node keeps apart from the others: its frame cache and its
+/// counts of `vmalloc`s and `vfree`s (aligned with the cache, which is
+/// aligned to two cache lines).
+struct PerNode<R: RawMutex> {
+    frames: FrameCache<R>,
+    allocs: AtomicU64,
+    frees: AtomicU64,
 }
 
 /// vmalloc over a concurrent front `N` (global lock or sharded nodes).
@@ -52,6 +68,7 @@ pub struct NodeVmalloc<
     check: C,
     cpus: u32,
     counters: Counters,
+    per_node: Vec<PerNode<R>>,
 }
 
 impl<'m, L, M, T, N, P, C, R> NodeVmalloc<'m, L, M, T, N, P, C, R>
@@ -78,6 +95,13 @@ where
                 page_size: nodes.page_size(),
             }));
         }
+        let per_node = (0..nodes.nr_nodes())
+            .map(|_| PerNode {
+                frames: FrameCache::new(),
+                allocs: AtomicU64::new(0),
+                frees: AtomicU64::new(0),
+            })
+            .collect();
         Ok(Self {
             map: Mapper::new(mem)?,
             nodes,
@@ -89,6 +113,7 @@ where
             check,
             cpus,
             counters: Counters::default(),
+            per_node,
         })
     }
 
@@ -154,10 +179,10 @@ where
             kind,
             state: AreaState::Live,
         };
-        self.nodes.with_lazy(self.node_of(area.node), |nl| {
-            nl.areas.insert(area.va_start.as_u64(), info)
-        });
-        self.counters.allocs.fetch_add(1, Ordering::Relaxed);
+        let node = self.node_of(area.node);
+        self.nodes
+            .with_lazy(node, |nl| nl.areas.insert(area.va_start.as_u64(), info));
+        self.per_node[node].allocs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs `f`; on a shortage purges, drains the node pools and runs it
@@ -176,7 +201,8 @@ where
 
     fn try_vmalloc(&self, cpu: usize, pages: u64, align: u64) -> Result<VirtAddr, VmallocError> {
         let area = self.reserve(cpu, pages, align)?;
-        if let Err(e) = self.map.map_new(area.va_start, pages) {
+        let cache = &self.per_node[self.node_of(area.node)].frames;
+        if let Err(e) = self.map.map_new_cached(cache, area.va_start, pages) {
             // Cannot fail: reserved just now and not published.
             let _ = self.nodes.free_area(&area);
             return Err(e);
@@ -301,15 +327,19 @@ where
                 released: false,
             })
         });
-        self.counters.frees.fetch_add(1, Ordering::Relaxed);
+        self.per_node[node].frees.fetch_add(1, Ordering::Relaxed);
         if self.policy.after_free(&self.ctx()) {
-            self.purge_vmap_area_lazy();
+            // Not the public purge: the frame caches are for exactly this
+            // workload and stay filled.
+            self.purge_with(None);
         }
     }
 
     /// `vm_unmap_aliases()`: one flush for every node's lazy areas and every
-    /// CPU's vmap-block dirty pages.
+    /// CPU's vmap-block dirty pages; returns the frame caches' frames to the
+    /// source, as [`purge_vmap_area_lazy`](Self::purge_vmap_area_lazy).
     pub fn vm_unmap_aliases(&self) -> PurgeReport {
+        self.drain_frame_caches();
         let mut union: Option<(u64, u64)> = None;
         let mut snaps = Vec::new();
         for (c, m) in self.blocks.cpus.iter().enumerate() {
@@ -355,17 +385,31 @@ where
             info.state = AreaState::Lazy;
             Ok(*info)
         })?;
-        let unmapped = self
-            .map
-            .unmap_noflush(info.start, info.end, kind == AreaKind::Vmap);
+        let unmapped = if kind == AreaKind::Vmalloc {
+            let cache = &self.per_node[node].frames;
+            self.map.unmap_cached(cache, info.start, info.end)
+        } else {
+            self.map.unmap_noflush(info.start, info.end, true)
+        };
         self.publish_lazy(node, info.start.as_u64(), info.end.as_u64(), info.pages);
         unmapped
     }
 
     /// One purge over all nodes: take every lazy list, flush the union once,
-    /// then give each range back to its node.
+    /// then give each range back to its node. It also returns every frame
+    /// the per-node frame caches hold to the frame source (a shortage retry
+    /// purges first, and leak checks count after a purge); the purges the
+    /// policy starts from `vfree` leave the caches alone.
     pub fn purge_vmap_area_lazy(&self) -> PurgeReport {
+        self.drain_frame_caches();
         self.purge_with(None)
+    }
+
+    /// Returns the frames of every node's frame cache to the source.
+    fn drain_frame_caches(&self) {
+        for p in &self.per_node {
+            self.map.drain_cache(&p.frames);
+        }
     }
 
     fn purge_with(&self, extra: Option<(u64, u64)>) -> PurgeReport {
@@ -426,8 +470,34 @@ where
     }
 
     /// Writes through the page table (the software MMU).
+    ///
+    /// A `vmalloc` area's byte is written under its node's lock, not the
+    /// page-table lock: `vfree` marks the area lazy under that lock before
+    /// it clears the pages (without the page-table lock, `unmap_cached`), so
+    /// while the lock is held and the area is live its frames stay mapped,
+    /// and writers to the node's areas are serialised. Other kinds take the
+    /// page-table lock, as their unmaps do.
     pub fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
-        self.map.write_byte(va, byte)
+        let not_found = VmallocError::NotFound { addr: va.as_u64() };
+        let area = self.nodes.find(va).ok_or(not_found)?;
+        let node = self.node_of(area.node);
+        let owned = self.nodes.with_lazy(node, |nl| {
+            match nl.areas.get(&area.va_start.as_u64()) {
+                Some(i) if i.state == AreaState::Live && i.kind == AreaKind::Vmalloc => {
+                    // SAFETY: `va` lies in this live vmalloc area (`find`
+                    // returns the area containing it); its `vfree` must take
+                    // this node lock, held until the write is done, and so
+                    // must every other write to the node's vmalloc areas.
+                    Some(unsafe { self.map.write_byte_owned(va, byte) })
+                }
+                Some(i) if i.state == AreaState::Live => None,
+                _ => Some(Err(not_found)),
+            }
+        });
+        match owned {
+            Some(r) => r,
+            None => self.map.write_byte(va, byte),
+        }
     }
 
     /// Every area of every node (vmallocinfo), sorted by address.
@@ -443,11 +513,16 @@ where
 
     /// The counters now.
     pub fn stats(&self) -> VmallocStats {
-        self.counters.snapshot(
+        let mut s = self.counters.snapshot(
             self.cpus,
             self.vmap_lazy_nr(),
             self.underflows.load(Ordering::Relaxed),
-        )
+        );
+        for p in &self.per_node {
+            s.allocs += p.allocs.load(Ordering::Relaxed);
+            s.frees += p.frees.load(Ordering::Relaxed);
+        }
+        s
     }
 
     /// Page-table bytes held.

@@ -18,6 +18,9 @@
 //!   `FrameSource::free_many` call, and
 //!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
 //!   Table pages that become empty are freed, as Linux's `free_pgtables`.
+//! * [`LeafPath`] maps, clears and translates base pages inside existing
+//!   last-level tables without the walker's lock (Linux's lockless vmalloc
+//!   PTE writes), declining whatever needs a table.
 //!
 //! Start reading at `walker.rs` (tables, shadow counts, the root split), then
 //! `zap.rs` (the level function that returns the address it reached), then
@@ -31,6 +34,7 @@ extern crate std;
 pub mod budget;
 mod errors;
 mod gather;
+mod leaf_path;
 mod map;
 mod stats;
 mod stock;
@@ -46,6 +50,7 @@ pub use budget::{
 };
 pub use errors::WalkError;
 pub use gather::{DEFAULT_BATCH, Gather, GatherStats};
+pub use leaf_path::LeafPath;
 pub use map::{Frames, MapHint};
 pub use stats::WalkStats;
 pub use translate::Translation;

@@ -252,7 +252,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.stats.leaves_mapped += pages;
         if missing == 0 {
             if let Some((p, i)) = parent {
-                p.set_live(i, p.live(i) + pages);
+                p.add_live(i, pages);
             } else {
                 self.root_live[h] += pages; // a one-level layout
             }
@@ -269,12 +269,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             nt.set_live(idx, child_live);
             child_live = 1;
         }
-        // Link: the release store publishes the zeroed, filled subtree.
+        // Link: the release store publishes the zeroed, filled subtree,
+        // its count first (a `LeafPath` may add to it once it is linked).
         let idx = L::index(va, level);
-        t.store(idx, L::Entry::new_table(new[0]).raw());
         t.set_live(idx, child_live);
+        t.store(idx, L::Entry::new_table(new[0]).raw());
         match parent {
-            Some((p, i)) => p.set_live(i, p.live(i) + 1),
+            Some((p, i)) => p.add_live(i, 1),
             None => self.root_live[h] += 1,
         }
         Ok(())
@@ -395,19 +396,25 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     // Release store: the child was zeroed before it is reachable.
                     t.store(idx, L::Entry::new_table(child_pa).raw());
                     *live += 1;
+                    // The slot's count is 0 (nothing was linked there) and,
+                    // once the child is linked, a `LeafPath` may add to it:
+                    // add ours rather than store it.
                     let mut child_live = 0;
                     let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.set_live(idx, child_live);
+                    t.add_live(idx, child_live);
                     r?;
                 }
                 EntryKind::Table => {
-                    let mut child_live = t.live(idx);
+                    // Only the entries this pass installed are added (see
+                    // `TableRef::add_live`).
+                    let before = t.live(idx);
+                    let mut child_live = before;
                     let child = self.table(e.addr(), level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.set_live(idx, child_live);
+                    t.add_live(idx, child_live - before);
                     r?;
                 }
                 EntryKind::Leaf => {

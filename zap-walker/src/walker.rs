@@ -62,6 +62,22 @@ pub(crate) struct TableRef {
 }
 
 impl TableRef {
+    /// The table whose entries start at `entries` (`len` of them), with its
+    /// shadow right after them if `shadow`.
+    #[inline]
+    pub(crate) fn new(entries: *mut u64, len: usize, shadow: bool) -> Self {
+        let shadow = if shadow {
+            entries.wrapping_add(len)
+        } else {
+            core::ptr::null_mut()
+        };
+        TableRef {
+            entries,
+            shadow,
+            len,
+        }
+    }
+
     /// Loads entry `i` (acquire: a table pointer read here may be followed).
     #[inline]
     pub(crate) fn load(self, i: usize) -> u64 {
@@ -90,22 +106,55 @@ impl TableRef {
         unsafe { AtomicU64::from_ptr(self.entries.add(i)) }.swap(v, Ordering::AcqRel)
     }
 
-    /// Live entries of the child table behind entry `i`.
+    /// Shadow word `i` as an atomic.
     #[inline]
-    pub(crate) fn live(self, i: usize) -> u64 {
+    fn live_word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.len && !self.shadow.is_null());
         // SAFETY: tables above the last level are allocated with a shadow of
-        // `len` words right after the entries; only the walker, which holds
-        // `&mut self` or `&self` exclusively of writers, touches it.
-        unsafe { self.shadow.add(i).read() }
+        // `len` words right after the entries (8-byte aligned, live as long
+        // as the table is linked). They are accessed only as atomics: the
+        // walker under its owner's lock and, for a last-level table's count,
+        // [`LeafPath`](crate::LeafPath) users on other CPUs at the same time.
+        unsafe { AtomicU64::from_ptr(self.shadow.add(i)) }
     }
 
-    /// Sets the live count of the child behind entry `i`.
+    /// Sets entry `i` to `v` if it is empty (0); whether it was.
+    #[inline]
+    pub(crate) fn install(self, i: usize, v: u64) -> bool {
+        debug_assert!(i < self.len);
+        // SAFETY: as in `load`.
+        unsafe { AtomicU64::from_ptr(self.entries.add(i)) }
+            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Live entries of the child table behind entry `i`. Relaxed: a count
+    /// is only ever read to skip work by its owner, who changes it by
+    /// deltas (see [`add_live`](Self::add_live)).
+    #[inline]
+    pub(crate) fn live(self, i: usize) -> u64 {
+        self.live_word(i).load(Ordering::Relaxed)
+    }
+
+    /// Sets the live count of the child behind entry `i`: only while no
+    /// other CPU can reach the child (it is new, or about to be unlinked).
     #[inline]
     pub(crate) fn set_live(self, i: usize, v: u64) {
-        debug_assert!(i < self.len && !self.shadow.is_null());
-        // SAFETY: as in `live`.
-        unsafe { self.shadow.add(i).write(v) }
+        self.live_word(i).store(v, Ordering::Relaxed)
+    }
+
+    /// Adds `n` to the live count behind entry `i`. A delta, not a store:
+    /// a [`LeafPath`](crate::LeafPath) may change the same count (other
+    /// entries of the same last-level table) meanwhile.
+    #[inline]
+    pub(crate) fn add_live(self, i: usize, n: u64) {
+        self.live_word(i).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Subtracts `n` from the live count behind entry `i` (as `add_live`).
+    #[inline]
+    pub(crate) fn sub_live(self, i: usize, n: u64) {
+        self.live_word(i).fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Whether every entry (and shadow word) is zero (`debug` checks).
@@ -131,6 +180,9 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) root_live: [u64; 2],
     split_halves: bool,
     pub(crate) free_empty_tables: bool,
+    /// Set once a [`LeafPath`](crate::LeafPath) exists: no table is freed
+    /// again.
+    pub(crate) tables_pinned: bool,
     tables_in_use: u64,
     table_bytes_in_use: u64,
     pub(crate) stats: WalkStats,
@@ -172,6 +224,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             root_live: [0; 2],
             split_halves: Self::halves_alias(),
             free_empty_tables: true,
+            tables_pinned: false,
             tables_in_use: 0,
             table_bytes_in_use: 0,
             stats: WalkStats::default(),
@@ -221,9 +274,10 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
     /// Whether zaps free table pages that become empty (default on). Off, the
     /// tables stay allocated, empty, for a later map (Linux keeps them until
-    /// `free_pgtables` at munmap; vmalloc never frees kernel tables).
+    /// `free_pgtables` at munmap; vmalloc never frees kernel tables). Stays
+    /// off once a [`LeafPath`](crate::LeafPath) was made.
     pub fn set_free_empty_tables(&mut self, on: bool) {
-        self.free_empty_tables = on;
+        self.free_empty_tables = on && !self.tables_pinned;
     }
 
     /// Table pages allocated and linked (roots included; stocked pages are
@@ -280,17 +334,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     #[inline]
     pub(crate) fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
         let entries = self.mem.phys_to_ptr(pa) as *mut u64;
-        let len = L::entries(level);
-        let shadow = if Self::has_shadow(level) {
-            entries.wrapping_add(len)
-        } else {
-            core::ptr::null_mut()
-        };
-        TableRef {
-            entries,
-            shadow,
-            len,
-        }
+        TableRef::new(entries, L::entries(level), Self::has_shadow(level))
     }
 
     /// A zeroed table page (with its shadow) for `level`: from the stock if

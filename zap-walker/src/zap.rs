@@ -193,9 +193,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         g: &mut Gather<T, N>,
     ) -> Result<u64, WalkError> {
         let child = self.table(child_pa, level + 1);
-        let mut child_live = t.live(idx);
+        // A snapshot, lowered by what this zap clears and stored back as a
+        // delta: a `LeafPath` may change the same count meanwhile (entries
+        // outside this range). The snapshot stays at least the count of
+        // this range's entries, so stopping at zero skips none of them.
+        let before = t.live(idx);
+        let mut child_live = before;
         let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
-        t.set_live(idx, child_live);
+        t.sub_live(idx, before - child_live);
         let reached = r?;
         if child_live == 0 && self.free_empty_tables {
             #[cfg(feature = "debug")]

@@ -1,0 +1,255 @@
+//! [`LeafPath`]: map, clear and translate base pages inside last-level
+//! tables that already exist, from several CPUs at once, without the
+//! walker's lock.
+//!
+//! Why: Linux writes vmalloc PTEs without a global lock. Each virtual range
+//! belongs to exactly one area (one caller at a time), and kernel page
+//! tables are never freed, so two CPUs working on different areas only ever
+//! race on populating a missing table, which stays serialised. A
+//! [`Walker`] behind its owner's lock is that serialised path; a `LeafPath`
+//! is the unlocked one, for ranges inside ONE last-level table that exists.
+//! Anything else (a missing table, a large leaf, a range across tables)
+//! makes it decline with `Ok(false)` / `Ok(None)` before writing anything,
+//! and the caller takes the locked path.
+//!
+//! What makes it sound:
+//! * Tables stay: [`Walker::leaf_path`] turns freeing of empty tables off
+//!   for good, so a table reached here stays a table of this tree for the
+//!   walker's life (large-leaf splits only add tables).
+//! * Entries are atomics (as everywhere in the walker); a leaf is installed
+//!   with a compare-exchange from empty, so a range that is not empty after
+//!   all is rolled back and declined instead of overwritten.
+//! * The live count of a last-level table (its parent's shadow word) is
+//!   changed by atomic deltas, here and in the walker, so both may change
+//!   it at once; a count is raised only after its entries are installed and
+//!   lowered only after they are cleared, so it never counts fewer entries
+//!   of a range than its owner has mapped there.
+//!
+//! The walker's [`WalkStats`](crate::WalkStats) do not count work done here.
+
+use crate::errors::WalkError;
+use crate::translate::Translation;
+use crate::walker::{TableRef, Walker};
+use arch_api::{
+    EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
+};
+use core::marker::PhantomData;
+
+/// The unlocked path to the leaves of a [`Walker`]'s existing last-level
+/// tables (see the module docs). `Copy`; made by [`Walker::leaf_path`].
+pub struct LeafPath<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
+    mem: &'m M,
+    roots: [PhysAddr; 2],
+    split_halves: bool,
+    _layout: PhantomData<fn() -> L>,
+}
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Clone for LeafPath<'_, L, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Copy for LeafPath<'_, L, M> {}
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> core::fmt::Debug
+    for LeafPath<'_, L, M>
+{
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LeafPath")
+            .field("layout", &L::NAME)
+            .field("roots", &self.roots)
+            .finish()
+    }
+}
+
+// SAFETY: a `LeafPath` is a set of table addresses and `&M`; every access it
+// makes to table memory is atomic (`TableRef`), and the tables outlive it by
+// the contract of `Walker::leaf_path`. `M: Sync` makes `&M` shareable.
+unsafe impl<L: PageTableLayout, M: FrameSource + PhysMap + Sync + ?Sized> Send
+    for LeafPath<'_, L, M>
+{
+}
+// SAFETY: as for `Send`.
+unsafe impl<L: PageTableLayout, M: FrameSource + PhysMap + Sync + ?Sized> Sync
+    for LeafPath<'_, L, M>
+{
+}
+
+impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M> {
+    /// The unlocked path to this walker's last-level tables (see
+    /// `leaf_path.rs`), or `None` on a one-level layout (no last-level
+    /// table has a parent count to share). Turns freeing of empty tables off
+    /// for good: [`set_free_empty_tables`](Self::set_free_empty_tables)
+    /// cannot turn it back on.
+    ///
+    /// # Safety
+    ///
+    /// The returned path (and its copies) must not be used once this walker
+    /// is dropped: its tables go back to the frame source then. Concurrent
+    /// uses are fine with each other and with this walker's own methods as
+    /// long as no two of them work on the same page at once (each range has
+    /// one owner at a time, as vmalloc areas do).
+    pub unsafe fn leaf_path(&mut self) -> Option<LeafPath<'m, L, M>> {
+        if L::LEVELS < 2 {
+            return None;
+        }
+        self.free_empty_tables = false;
+        self.tables_pinned = true;
+        let mut roots = [PhysAddr::new(0); 2];
+        roots[..self.roots().len()].copy_from_slice(self.roots());
+        Some(LeafPath {
+            mem: self.mem,
+            roots,
+            split_halves: self.roots().len() == 2,
+            _layout: PhantomData,
+        })
+    }
+}
+
+impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
+    fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
+        TableRef::new(
+            self.mem.phys_to_ptr(pa) as *mut u64,
+            L::entries(level),
+            level + 1 < L::LEVELS,
+        )
+    }
+
+    /// The last-level table holding `[start, end)` and its parent slot, if
+    /// the range is page aligned, canonical, inside one last-level table,
+    /// and every table above it exists.
+    fn leaf_table(&self, start: u64, end: u64) -> Option<(TableRef, TableRef, usize)> {
+        let ps = L::PAGE_SIZE;
+        let last = L::LEVELS - 1;
+        let span = L::entry_span(last - 1);
+        let (va, tail) = (VirtAddr::new(start), VirtAddr::new(end.wrapping_sub(1)));
+        if start % ps != 0
+            || end % ps != 0
+            || end <= start
+            || start / span != (end - 1) / span
+            || !L::is_canonical(va)
+            || !L::is_canonical(tail)
+        {
+            return None;
+        }
+        let half = if self.split_halves {
+            (start >> 63) as usize
+        } else {
+            0
+        };
+        let mut t = self.table(self.roots[half], 0);
+        for level in 0..last {
+            let idx = L::index(va, level);
+            let e = L::Entry::from_raw(t.load(idx));
+            match e.kind(level) {
+                EntryKind::Table => {
+                    let child = self.table(e.addr(), level + 1);
+                    if level + 1 == last {
+                        return Some((t, child, idx));
+                    }
+                    t = child;
+                }
+                EntryKind::Leaf | EntryKind::None => return None,
+            }
+        }
+        None
+    }
+
+    /// Maps `frames` (base pages, in order) at `va` with `flags`, if the
+    /// range lies inside one existing last-level table: `Ok(true)`. Declines
+    /// with `Ok(false)`, changing nothing, when a table is missing, the
+    /// range crosses tables or a page of it is already mapped (the locked
+    /// [`Walker::map_range`] then does the work or reports the error).
+    pub fn map(
+        &self,
+        va: VirtAddr,
+        frames: &[PhysAddr],
+        flags: MapFlags,
+    ) -> Result<bool, WalkError> {
+        let ps = L::PAGE_SIZE;
+        let start = va.as_u64();
+        let Some(end) = (frames.len() as u64)
+            .checked_mul(ps)
+            .and_then(|b| start.checked_add(b))
+        else {
+            return Ok(false);
+        };
+        if let Some(&frame) = frames.iter().find(|f| !f.is_aligned(ps)) {
+            return Err(WalkError::UnalignedFrame { frame });
+        }
+        let Some((parent, leaves, slot)) = self.leaf_table(start, end) else {
+            return Ok(false);
+        };
+        let last = L::LEVELS - 1;
+        let first = L::index(va, last);
+        for (k, f) in frames.iter().enumerate() {
+            let leaf = L::Entry::new_leaf(*f, flags, last).raw();
+            if !leaves.install(first + k, leaf) {
+                // Someone's page is here: undo ours, let the locked path
+                // report it.
+                for j in 0..k {
+                    leaves.swap(first + j, L::Entry::EMPTY.raw());
+                }
+                return Ok(false);
+            }
+        }
+        parent.add_live(slot, frames.len() as u64);
+        Ok(true)
+    }
+
+    /// Clears the base pages of `[start, end)` if the range lies inside one
+    /// existing last-level table, listing the frames they mapped in `out`
+    /// (MMIO leaves, [`MapFlags::DEVICE`], are cleared but not listed):
+    /// `Some(listed)`. The frames are the caller's now; no TLB is flushed.
+    /// Declines with `None`, changing nothing, when a table is missing, the
+    /// range crosses tables or `out` is shorter than the range's pages.
+    pub fn zap(&self, start: VirtAddr, end: VirtAddr, out: &mut [PhysAddr]) -> Option<usize> {
+        let (s, e) = (start.as_u64(), end.as_u64());
+        let (parent, leaves, slot) = self.leaf_table(s, e)?;
+        let ps = L::PAGE_SIZE;
+        let pages = ((e - s) / ps) as usize;
+        if out.len() < pages {
+            return None;
+        }
+        let last = L::LEVELS - 1;
+        let first = L::index(start, last);
+        let (mut cleared, mut listed) = (0u64, 0usize);
+        for k in 0..pages {
+            let old = L::Entry::from_raw(leaves.swap(first + k, L::Entry::EMPTY.raw()));
+            if old.kind(last) == EntryKind::Leaf {
+                cleared += 1;
+                if !old.map_flags().contains(MapFlags::DEVICE) {
+                    out[listed] = old.addr();
+                    listed += 1;
+                }
+            }
+        }
+        parent.sub_live(slot, cleared);
+        Some(listed)
+    }
+
+    /// What `va` translates to, as [`Walker::translate`], without the lock.
+    pub fn translate(&self, va: VirtAddr) -> Option<Translation> {
+        if !L::is_canonical(va) {
+            return None;
+        }
+        let half = if self.split_halves {
+            (va.as_u64() >> 63) as usize
+        } else {
+            0
+        };
+        let mut table = self.roots[half];
+        for level in 0..L::LEVELS {
+            let t = self.table(table, level);
+            let e = L::Entry::from_raw(t.load(L::index(va, level)));
+            match e.kind(level) {
+                EntryKind::None => return None,
+                EntryKind::Table if level + 1 < L::LEVELS => table = e.addr(),
+                EntryKind::Table => return None,
+                EntryKind::Leaf => return Some(Translation::of_leaf::<L>(va, e, level)),
+            }
+        }
+        None
+    }
+}

@@ -244,6 +244,56 @@ impl ArenaState {
 }
 
 impl PhysArena {
+    /// Fills `out` with the lowest free single frames at or above the hint,
+    /// all or none. Every free frame between the hint and the last one taken
+    /// is taken, so the hint moves past the last one.
+    fn take_single_frames(
+        &self,
+        st: &mut ArenaState,
+        out: &mut [PhysAddr],
+    ) -> Result<(), FrameError> {
+        let mut w = (st.hint / 64) as usize;
+        // Bits below the hint count as busy in its word.
+        let mut below = (1u64 << (st.hint % 64)) - 1;
+        let (mut taken, mut last) = (0, 0);
+        while taken < out.len() {
+            let Some(&word) = st.bitmap.get(w) else { break };
+            let mut free = !(word | below);
+            below = 0;
+            let mut set = 0;
+            while free != 0 && taken < out.len() {
+                let f = w as u64 * 64 + u64::from(free.trailing_zeros());
+                if f >= self.frames {
+                    break;
+                }
+                set |= free & free.wrapping_neg();
+                free &= free - 1;
+                out[taken] = PhysAddr::new(Self::BASE.as_u64() + (f << self.granule_shift));
+                taken += 1;
+                last = f;
+            }
+            st.bitmap[w] |= set;
+            if taken < out.len() {
+                if free != 0 {
+                    break; // the free bits left lie past the last frame
+                }
+                w += 1;
+            }
+        }
+        if taken < out.len() {
+            for f in &out[..taken] {
+                let start = (f.as_u64() - Self::BASE.as_u64()) >> self.granule_shift;
+                // Just set above: cannot be refused.
+                let _ = st.release(start, 1);
+            }
+            return Err(FrameError::OutOfFrames);
+        }
+        if taken > 0 {
+            st.hint = st.hint.max(last + 1);
+        }
+        Ok(())
+    }
+
     /// The frame index and count of a range to free, if it is a granule
     /// multiple inside the arena.
     #[inline]
@@ -278,6 +328,14 @@ impl FrameSource for PhysArena {
         }
         let align_frames = (align >> self.granule_shift).max(1);
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if count == 1 && align_frames == 1 {
+            // Single frames (vmalloc's backing, page-table pages): take the
+            // lowest free bits word by word, several from one word.
+            self.take_single_frames(&mut st, out)?;
+            drop(st);
+            self.in_use.fetch_add(out.len() as u64, Ordering::Relaxed);
+            return Ok(());
+        }
         for i in 0..out.len() {
             let Some(start) = st.find_run(self.frames, count, align_frames) else {
                 for f in &out[..i] {
@@ -467,6 +525,49 @@ mod tests {
         // f[1] and f[2] remain.
         assert_eq!(a.frames_in_use(), 2);
         assert_eq!(a.alloc(K4, K4), Ok(f[0]));
+    }
+
+    /// The single-frame path hands out the lowest free frames, as the
+    /// general search does, across word boundaries, holes below the hint,
+    /// the arena's end and exhaustion (all or none).
+    #[test]
+    fn single_frames_are_the_lowest_free() {
+        const N: usize = 150;
+        let a = PhysArena::new(N as u64 * K4, K4).unwrap();
+        let frame = |i: usize| PhysAddr::new(PhysArena::BASE.as_u64() + i as u64 * K4);
+        let mut used = [false; N];
+        for round in 0..60usize {
+            let n = round * 7 % 13;
+            let mut got = vec![PhysAddr::new(0); n];
+            let want: Vec<_> = (0..N).filter(|&i| !used[i]).take(n).map(frame).collect();
+            let r = a.alloc_many(K4, K4, &mut got);
+            if want.len() < n {
+                assert_eq!(r, Err(FrameError::OutOfFrames), "round {round}");
+            } else {
+                assert_eq!(r, Ok(()), "round {round}");
+                assert_eq!(got, want, "round {round}");
+                for f in got {
+                    used[((f.as_u64() - PhysArena::BASE.as_u64()) / K4) as usize] = true;
+                }
+            }
+            // Free every fifth used frame: holes below the hint.
+            for (i, u) in used.iter_mut().enumerate() {
+                if *u && (i + round) % 5 == 0 {
+                    a.free(frame(i), K4).unwrap();
+                    *u = false;
+                }
+            }
+            assert_eq!(
+                a.frames_in_use(),
+                used.iter().filter(|u| **u).count() as u64
+            );
+        }
+        let free = N - a.frames_in_use() as usize;
+        let mut all = vec![PhysAddr::new(0); free + 1];
+        assert_eq!(a.alloc_many(K4, K4, &mut all), Err(FrameError::OutOfFrames));
+        assert_eq!(a.alloc_many(K4, K4, &mut all[..free]), Ok(()));
+        assert_eq!(a.frames_in_use(), N as u64);
+        assert_eq!(a.alloc(K4, K4), Err(FrameError::OutOfFrames));
     }
 
     #[test]

@@ -202,14 +202,17 @@ impl FreeTree {
                 } else {
                     (kept, s.node(above).next_tile)
                 };
-                self.tree.remove(s, gone);
-                s.free_node(gone);
+                // Grow `kept` first: every maximum from `kept` up becomes
+                // max(old, merged), a raise only. `gone` is smaller than the
+                // merged block, so once it is removed the recomputation from
+                // its parent stops at `kept` or just above, instead of
+                // lowering maxima above `kept` that the raise then restores.
                 let k = s.node_mut(kept);
                 k.start = bs;
                 k.end = ae;
-                // The removed block is smaller than the merged one, so every
-                // maximum from `kept` up is max(old, merged): a raise only.
                 self.tree.raise_aug(s, kept, ae - bs);
+                self.tree.remove(s, gone);
+                s.free_node(gone);
                 Self::link(s, outer_lo, outer_hi);
                 s.free_node(freed);
             }

@@ -155,7 +155,10 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
         node.start = a;
         node.end = a + fit.size;
         node.parked = false;
-        self.busy.insert(&mut self.src, n);
+        match self.policy.busy_pred(&self.src, n) {
+            Some(pred) => self.busy.insert_after(&mut self.src, pred, n),
+            None => self.busy.insert(&mut self.src, n),
+        }
         self.busy_bytes += fit.size;
         self.debug_check();
         Ok(self.area(a, a + fit.size))
@@ -202,6 +205,39 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
             });
         }
         Ok(self.unlink_node(i))
+    }
+
+    /// [`find_unlink`](Self::find_unlink) for each of `addrs`, reporting each
+    /// outcome to `done` (an error leaves that address's state unchanged and
+    /// the batch goes on). Meant for purging lazily freed areas: when an
+    /// address is that of the next busy area after the one just unlinked
+    /// (ascending runs, as lazy areas mostly are), the policy's neighbour
+    /// links name it and no tree search is made.
+    pub fn find_unlink_batch(
+        &mut self,
+        addrs: impl IntoIterator<Item = VirtAddr>,
+        mut done: impl FnMut(VirtAddr, Result<VmapArea, VmapError>),
+    ) {
+        let mut next = NIL;
+        for addr in addrs {
+            let a = addr.as_u64();
+            let i = if next != NIL && self.src.node(next).start == a {
+                next
+            } else {
+                let mut v = 0;
+                self.count_free_search();
+                self.busy.find_start(&self.src, a, &mut v)
+            };
+            if i == NIL || self.src.node(i).parked {
+                next = NIL;
+                done(addr, Err(VmapError::NotFound { addr: a }));
+                continue;
+            }
+            // Busy nodes other than `i` survive the unlink, so this stays
+            // valid for the next address.
+            next = self.policy.busy_after(&self.src, i).unwrap_or(NIL);
+            done(addr, Ok(self.unlink_node(i)));
+        }
     }
 
     /// Same as [`find_unlink`](Self::find_unlink).

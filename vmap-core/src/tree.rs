@@ -224,17 +224,7 @@ impl<A: Augment> Tree<A> {
     /// not already be present.
     pub(crate) fn insert<S: NodeSource>(&mut self, s: &mut S, n: NodeIdx) {
         let key = s.node(n).start;
-        {
-            let node = s.node_mut(n);
-            node.left = NIL;
-            node.right = NIL;
-            node.height = 1;
-            node.aug = node.end - node.start;
-        }
-        self.len += 1;
-        if self.root == NIL {
-            self.root = n;
-            s.node_mut(n).parent = NIL;
+        if self.insert_first(s, n) {
             return;
         }
         let mut cur = self.root;
@@ -253,6 +243,50 @@ impl<A: Augment> Tree<A> {
         }
         s.node_mut(n).parent = cur;
         self.fix_up(s, cur);
+    }
+
+    /// Resets `n` as a leaf and counts it; links it as the root and returns
+    /// `true` if the tree was empty.
+    #[inline]
+    fn insert_first<S: NodeSource>(&mut self, s: &mut S, n: NodeIdx) -> bool {
+        let node = s.node_mut(n);
+        node.left = NIL;
+        node.right = NIL;
+        node.height = 1;
+        node.aug = node.end - node.start;
+        self.len += 1;
+        if self.root == NIL {
+            self.root = n;
+            s.node_mut(n).parent = NIL;
+            return true;
+        }
+        false
+    }
+
+    /// Inserts `n` right after `pred`, its in-order predecessor (`NIL`: `n`
+    /// becomes the lowest node), without searching from the root. A key has
+    /// one place in a search tree, so this is where [`insert`](Self::insert)
+    /// would put it: the right child of `pred` if that is free, otherwise
+    /// the left child of `pred`'s successor (which has none).
+    pub(crate) fn insert_after<S: NodeSource>(&mut self, s: &mut S, pred: NodeIdx, n: NodeIdx) {
+        debug_assert!(pred == NIL || s.node(pred).start < s.node(n).start);
+        if self.insert_first(s, n) {
+            return;
+        }
+        let (parent, left) = if pred == NIL {
+            (self.min_from(s, self.root), true)
+        } else if s.node(pred).right == NIL {
+            (pred, false)
+        } else {
+            (self.min_from(s, s.node(pred).right), true)
+        };
+        if left {
+            s.node_mut(parent).left = n;
+        } else {
+            s.node_mut(parent).right = n;
+        }
+        s.node_mut(n).parent = parent;
+        self.fix_up(s, parent);
     }
 
     /// Unlinks node `z` (the slot stays allocated; the caller frees it or
@@ -528,6 +562,35 @@ mod tests {
         let g = t.first_end_above(&p, 31, &mut vis);
         assert_eq!(p.node(g).start, 30);
         assert_eq!(p.node(t.prev(&p, g)).start, 0);
+    }
+
+    /// `insert_after` with the true predecessor builds exactly the tree
+    /// `insert` builds (same shape, same root), whatever the order.
+    #[test]
+    fn insert_after_matches_insert() {
+        let mut pa = FixedPool::<512>::new();
+        let mut pb = FixedPool::<512>::new();
+        let mut a: Tree<MaxFree> = Tree::new();
+        let mut b: Tree<MaxFree> = Tree::new();
+        for k in 0..400u64 {
+            let key = (k * 7919) % 400;
+            add(&mut a, &mut pa, key * 10, key * 10 + 1 + key % 7);
+            let mut vis = 0;
+            let pred = b.floor(&pb, key * 10, &mut vis);
+            let i = pb.alloc_node().unwrap();
+            pb.node_mut(i).start = key * 10;
+            pb.node_mut(i).end = key * 10 + 1 + key % 7;
+            b.insert_after(&mut pb, pred, i);
+            b.check(&pb).unwrap();
+            assert_eq!(a.root, b.root);
+            for n in 0..=k as NodeIdx {
+                let (x, y) = (pa.node(n), pb.node(n));
+                assert_eq!(
+                    (x.left, x.right, x.parent, x.height, x.aug),
+                    (y.left, y.right, y.parent, y.height, y.aug)
+                );
+            }
+        }
     }
 
     #[test]

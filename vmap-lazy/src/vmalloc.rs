@@ -347,11 +347,14 @@ where
         };
         {
             let mut kva = self.kva.lock();
-            for r in batch.ranges.iter().filter(|r| !r.released) {
+            let kva = &mut *kva;
+            let live = batch.ranges.iter().filter(|r| !r.released);
+            for r in live.clone() {
                 kva.areas.remove(r.start);
-                // Cannot fail: a lazy area's range stays reserved until here.
-                let _ = kva.space.find_unlink(VirtAddr::new(r.start));
             }
+            // Cannot fail: a lazy area's range stays reserved until here.
+            kva.space
+                .find_unlink_batch(live.map(|r| VirtAddr::new(r.start)), |_, _| {});
         }
         self.lazy.retire(batch.pages);
         self.counters.purges.fetch_add(1, Relaxed);

@@ -64,6 +64,29 @@ impl FreeAreaCache for Augmented {
         self.free.carve(s, b, a, size, node)
     }
 
+    /// From the tiling list: the tile below `node`, or the one below that
+    /// if it is free (two free blocks never touch).
+    #[inline]
+    fn busy_pred<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
+        let p = s.node(node).prev_tile;
+        if p != NIL && s.node(p).free {
+            Some(s.node(p).prev_tile)
+        } else {
+            Some(p)
+        }
+    }
+
+    /// From the tiling list, as [`busy_pred`](Self::busy_pred) downwards.
+    #[inline]
+    fn busy_after<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
+        let q = s.node(node).next_tile;
+        if q != NIL && s.node(q).free {
+            Some(s.node(q).next_tile)
+        } else {
+            Some(q)
+        }
+    }
+
     fn wants_prev(&self) -> bool {
         false
     }

@@ -68,6 +68,24 @@ pub trait FreeAreaCache: Sized {
         node: NodeIdx,
     ) -> Result<(), VmapError>;
 
+    /// The busy area just below `node` (claimed by the last
+    /// [`claim`](Self::claim), range set, not yet in the busy tree): `NIL`
+    /// when none, `None` when the policy does not know, so the busy tree is
+    /// searched from its root.
+    #[doc(hidden)]
+    #[inline]
+    fn busy_pred<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
+        None
+    }
+
+    /// The busy area just above the busy `node` (`NIL` when none), or
+    /// `None` when the policy does not know without a search.
+    #[doc(hidden)]
+    #[inline]
+    fn busy_after<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
+        None
+    }
+
     /// Whether the next [`release`](Self::release) needs the freed area's
     /// busy predecessor (looked up before the node is unlinked; skipped when
     /// the policy has no use for it).

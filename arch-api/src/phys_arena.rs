@@ -234,6 +234,16 @@ impl ArenaState {
     /// Clears `count` frames at `start` after checking every one is set.
     #[inline(always)]
     fn release(&mut self, start: u64, count: u64) -> Result<(), FrameError> {
+        if count == 1 {
+            // One frame (the common free): one bit.
+            let (w, bit) = ((start / 64) as usize, 1u64 << (start % 64));
+            if self.bitmap[w] & bit == 0 {
+                return Err(FrameError::NotAllocated);
+            }
+            self.bitmap[w] &= !bit;
+            self.hint = self.hint.min(start);
+            return Ok(());
+        }
         if !self.all_set(start, count) {
             return Err(FrameError::NotAllocated);
         }

@@ -99,7 +99,18 @@ where
         #[cfg(feature = "debug")]
         self.poison_frames(frames, 0xa5);
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
-        if let Err(e) = self.pt.lock().map_range(va, Frames::List(frames), flags) {
+        // A fresh area has one owner: inside a last-level table that exists
+        // it is mapped without the lock, as in `map_new_cached`.
+        let unlocked = match &self.leaf {
+            Some(lp) => lp.map(va, frames, flags),
+            None => Ok(false),
+        };
+        let r = match unlocked {
+            Ok(true) => Ok(()),
+            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             self.free_frames(frames);
             return Err(VmallocError::Map(e));
         }
@@ -176,6 +187,19 @@ where
         keep_frames: bool,
     ) -> Result<(), VmallocError> {
         let mut pt = self.pt.lock();
+        if !keep_frames {
+            // A small area inside one last-level table: its leaves are
+            // cleared through the leaf path, still under the lock (writers
+            // through `write_byte` translate under it, so none can reach a
+            // frame once its entry is clear), and the frames go back once
+            // the lock is dropped. No budget, no gather: nothing to break.
+            let mut stack = [PhysAddr::new(0); STACK_FRAMES];
+            if let Some(n) = self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
+                drop(pt);
+                self.mem.free_many_owned(&stack[..n], L::PAGE_SIZE);
+                return Ok(());
+            }
+        }
         self.mem.set_keep_frees(keep_frames);
         let mut gather: Gather<NoFlush, 64> = Gather::new(NoFlush);
         let r = pt.zap_range(start, end, &mut Unbounded::new(L::PAGE_SIZE), &mut gather);

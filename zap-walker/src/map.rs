@@ -252,7 +252,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.stats.leaves_mapped += pages;
         if missing == 0 {
             if let Some((p, i)) = parent {
-                p.add_live(i, pages);
+                p.adjust_live(i, pages, self.tables_pinned);
             } else {
                 self.root_live[h] += pages; // a one-level layout
             }
@@ -275,7 +275,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         t.set_live(idx, child_live);
         t.store(idx, L::Entry::new_table(new[0]).raw());
         match parent {
-            Some((p, i)) => p.add_live(i, 1),
+            Some((p, i)) => p.adjust_live(i, 1, self.tables_pinned),
             None => self.root_live[h] += 1,
         }
         Ok(())
@@ -403,7 +403,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.add_live(idx, child_live);
+                    t.adjust_live(idx, child_live, self.tables_pinned);
                     r?;
                 }
                 EntryKind::Table => {
@@ -414,7 +414,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     let child = self.table(e.addr(), level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.add_live(idx, child_live - before);
+                    t.adjust_live(idx, child_live - before, self.tables_pinned);
                     r?;
                 }
                 EntryKind::Leaf => {

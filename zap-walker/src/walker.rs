@@ -157,6 +157,22 @@ impl TableRef {
         self.live_word(i).fetch_sub(n, Ordering::Relaxed);
     }
 
+    /// Adds `n` (wrapping: a subtraction is the negated delta) to the live
+    /// count behind entry `i`, as an atomic read-modify-write only when
+    /// `shared`, i.e. once a [`LeafPath`](crate::LeafPath) may change
+    /// counts too. Otherwise the walker's owner is the only writer and a
+    /// load and a store do, which keeps LOCKed instructions off a plain
+    /// map/unmap (on x86_64 each costs about 20 cycles).
+    #[inline]
+    pub(crate) fn adjust_live(self, i: usize, n: u64, shared: bool) {
+        let w = self.live_word(i);
+        if shared {
+            w.fetch_add(n, Ordering::Relaxed);
+        } else {
+            w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        }
+    }
+
     /// Whether every entry (and shadow word) is zero (`debug` checks).
     #[cfg_attr(not(feature = "debug"), allow(dead_code))]
     pub(crate) fn all_zero(self) -> bool {

@@ -200,7 +200,11 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let before = t.live(idx);
         let mut child_live = before;
         let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
-        t.sub_live(idx, before - child_live);
+        t.adjust_live(
+            idx,
+            (before - child_live).wrapping_neg(),
+            self.tables_pinned,
+        );
         let reached = r?;
         if child_live == 0 && self.free_empty_tables {
             #[cfg(feature = "debug")]

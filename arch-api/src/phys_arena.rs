@@ -25,6 +25,8 @@ pub struct PhysArena {
     /// `log2(granule)`: frees divide by the granule per frame.
     granule_shift: u32,
     frames: u64,
+    /// Frames handed out: read without the lock, written only under it
+    /// (`count_in_use`).
     in_use: AtomicU64,
     state: Mutex<ArenaState>,
 }
@@ -254,6 +256,16 @@ impl ArenaState {
 }
 
 impl PhysArena {
+    /// Adds `plus` and subtracts `minus` frames in use. Called with the
+    /// state lock held (`_held` proves it): the lock holders are the only
+    /// writers, so a load and a store do, without the LOCKed
+    /// read-modify-write a bare atomic add would cost on every call.
+    #[inline]
+    fn count_in_use(&self, _held: &ArenaState, plus: u64, minus: u64) {
+        let n = self.in_use.load(Ordering::Relaxed);
+        self.in_use.store(n + plus - minus, Ordering::Relaxed);
+    }
+
     /// Fills `out` with the lowest free single frames at or above the hint,
     /// all or none. Every free frame between the hint and the last one taken
     /// is taken, so the hint moves past the last one.
@@ -342,8 +354,7 @@ impl FrameSource for PhysArena {
             // Single frames (vmalloc's backing, page-table pages): take the
             // lowest free bits word by word, several from one word.
             self.take_single_frames(&mut st, out)?;
-            drop(st);
-            self.in_use.fetch_add(out.len() as u64, Ordering::Relaxed);
+            self.count_in_use(&st, out.len() as u64, 0);
             return Ok(());
         }
         for i in 0..out.len() {
@@ -361,19 +372,15 @@ impl FrameSource for PhysArena {
             }
             out[i] = PhysAddr::new(Self::BASE.as_u64() + (start << self.granule_shift));
         }
-        drop(st);
-        self.in_use
-            .fetch_add(count * out.len() as u64, Ordering::Relaxed);
+        self.count_in_use(&st, count * out.len() as u64, 0);
         Ok(())
     }
 
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
         let (start, count) = self.frame_span(addr, size)?;
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .release(start, count)?;
-        self.in_use.fetch_sub(count, Ordering::Relaxed);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.release(start, count)?;
+        self.count_in_use(&st, 0, count);
         Ok(())
     }
 
@@ -390,8 +397,7 @@ impl FrameSource for PhysArena {
                 Err(e) => failed(addr, e),
             }
         }
-        drop(st);
-        self.in_use.fetch_sub(freed, Ordering::Relaxed);
+        self.count_in_use(&st, 0, freed);
     }
 }
 

@@ -16,9 +16,11 @@
 //! * Tables stay: [`Walker::leaf_path`] turns freeing of empty tables off
 //!   for good, so a table reached here stays a table of this tree for the
 //!   walker's life (large-leaf splits only add tables).
-//! * Entries are atomics (as everywhere in the walker); a leaf is installed
-//!   with a compare-exchange from empty, so a range that is not empty after
-//!   all is rolled back and declined instead of overwritten.
+//! * Entries are atomics (as everywhere in the walker), read and written
+//!   with plain loads and stores: each page has one owner, so no other CPU
+//!   writes its entry meanwhile, and a LOCKed compare-exchange or swap per
+//!   page would cost more than the rest of the path. A range found not
+//!   empty after all is rolled back and declined instead of overwritten.
 //! * The live count of a last-level table (its parent's shadow word) is
 //!   changed by atomic deltas, here and in the walker, so both may change
 //!   it at once; a count is raised only after its entries are installed and
@@ -189,7 +191,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
                 // Someone's page is here: undo ours, let the locked path
                 // report it.
                 for j in 0..k {
-                    leaves.swap(first + j, L::Entry::EMPTY.raw());
+                    leaves.take(first + j);
                 }
                 return Ok(false);
             }
@@ -216,7 +218,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         let first = L::index(start, last);
         let (mut cleared, mut listed) = (0u64, 0usize);
         for k in 0..pages {
-            let old = L::Entry::from_raw(leaves.swap(first + k, L::Entry::EMPTY.raw()));
+            let old = L::Entry::from_raw(leaves.take(first + k));
             if old.kind(last) == EntryKind::Leaf {
                 cleared += 1;
                 if !old.map_flags().contains(MapFlags::DEVICE) {

@@ -118,14 +118,31 @@ impl TableRef {
         unsafe { AtomicU64::from_ptr(self.shadow.add(i)) }
     }
 
-    /// Sets entry `i` to `v` if it is empty (0); whether it was.
+    /// Sets entry `i` to `v` if it is empty (0); whether it was. A load and
+    /// a store, not a compare-exchange: the caller owns the page (the
+    /// [`LeafPath`](crate::LeafPath) contract), so nobody else fills the
+    /// slot in between, and a LOCKed instruction per page is what the
+    /// unlocked path exists to save. The check only declines a range that
+    /// is not empty.
     #[inline]
     pub(crate) fn install(self, i: usize, v: u64) -> bool {
-        debug_assert!(i < self.len);
-        // SAFETY: as in `load`.
-        unsafe { AtomicU64::from_ptr(self.entries.add(i)) }
-            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        if self.load(i) != 0 {
+            return false;
+        }
+        self.store(i, v);
+        true
+    }
+
+    /// Empties entry `i` of a page the caller owns and returns what it
+    /// held: a load and a store, for the reason given at
+    /// [`install`](Self::install).
+    #[inline]
+    pub(crate) fn take(self, i: usize) -> u64 {
+        let old = self.load(i);
+        if old != 0 {
+            self.store(i, 0);
+        }
+        old
     }
 
     /// Live entries of the child table behind entry `i`. Relaxed: a count

@@ -5,8 +5,14 @@
 //! that owns them; one purge takes every node's lazy list and flushes the
 //! union of all their ranges ONCE.
 //!
-//! `vmap_lazy_nr` is one global counter, updated in the same order as in
-//! `lazy.rs`: count first, then publish on the node's list.
+//! `vmap_lazy_nr` is counted per node, under the node's lock together with
+//! its lazy list (so a purge, which takes the list under that lock, sees
+//! list and count agree), and folded into one shared counter in batches of
+//! [`LAZY_BATCH`] pages, as Linux's `percpu_counter`: the purge trigger reads
+//! the shared counter (short by less than one batch per node), and a vfree
+//! on one CPU no longer writes a line every other CPU writes too. A node's
+//! batch is added inside its lock and taken back by the purge that empties
+//! the list, so the shared counter can never go below zero.
 //!
 //! What a small `vmalloc` / `vfree` pair writes is kept per node where it
 //! can be, so that CPUs working on different nodes do not pass cache lines
@@ -30,12 +36,19 @@ use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlu
 use core::sync::atomic::{AtomicU64, Ordering};
 use vmap_core::{VmapArea, VmapError, VmapNodes};
 
-/// One node's lazy-free state: its areas and its lazy list (the front keeps
-/// it under the node's lock).
+/// Pages a node counts before it adds them to the shared `vmap_lazy_nr`.
+pub(crate) const LAZY_BATCH: u64 = 64;
+
+/// One node's lazy-free state: its areas, its lazy list and its count of
+/// lazy pages (the front keeps it under the node's lock).
 #[derive(Debug, Default)]
 pub struct NodeLazy {
     areas: BTreeMap<u64, AreaInfo>,
     lazy: Vec<LazyRange>,
+    /// Pages on `lazy`.
+    lazy_pages: u64,
+    /// The part of `lazy_pages` not yet added to the shared counter.
+    unfolded: u64,
 }
 
 /// What one node keeps apart from the others: its frame cache and its
@@ -122,14 +135,22 @@ where
         &self.nodes
     }
 
-    /// `vmap_lazy_nr`.
+    /// `vmap_lazy_nr`: every node's lazy pages (takes each node's lock).
     pub fn vmap_lazy_nr(&self) -> u64 {
+        (0..self.nodes.nr_nodes())
+            .map(|n| self.nodes.with_lazy(n, |nl| nl.lazy_pages))
+            .sum()
+    }
+
+    /// The shared counter the purge trigger reads: `vmap_lazy_nr` less the
+    /// pages each node has not folded in yet (under [`LAZY_BATCH`] each).
+    fn lazy_nr_folded(&self) -> u64 {
         self.nr.load(Ordering::Acquire)
     }
 
     fn ctx(&self) -> PurgeCtx {
         PurgeCtx {
-            lazy_pages: self.vmap_lazy_nr(),
+            lazy_pages: self.lazy_nr_folded(),
             cpus: self.cpus,
             page_size: L::PAGE_SIZE,
         }
@@ -315,17 +336,24 @@ where
         self.publish_lazy(node, start, area.va_end.as_u64(), VMAP_BBMAP_BITS);
     }
 
-    /// Count, then publish on node `node`'s lazy list (see lazy.rs); then
-    /// ask the policy.
+    /// Publish on node `node`'s lazy list and count, in one critical
+    /// section of the node (see the module docs); then ask the policy.
     fn publish_lazy(&self, node: usize, start: u64, end: u64, pages: u64) {
-        self.nr.fetch_add(pages, Ordering::AcqRel);
         self.nodes.with_lazy(node, |nl| {
             nl.lazy.push(LazyRange {
                 start,
                 end,
                 pages,
                 released: false,
-            })
+            });
+            nl.lazy_pages += pages;
+            nl.unfolded += pages;
+            if nl.unfolded >= LAZY_BATCH {
+                // Inside the lock: the purge that takes these pages back
+                // takes the lock after this add.
+                self.nr
+                    .fetch_add(core::mem::take(&mut nl.unfolded), Ordering::AcqRel);
+            }
         });
         self.per_node[node].frees.fetch_add(1, Ordering::Relaxed);
         if self.policy.after_free(&self.ctx()) {
@@ -416,8 +444,15 @@ where
         let nr_nodes = self.nodes.nr_nodes();
         let mut taken: Vec<(usize, Vec<LazyRange>)> = Vec::new();
         let (mut start, mut end, mut pages, mut areas) = (u64::MAX, 0, 0, 0u64);
+        // What the taken lists had added to the shared counter.
+        let mut folded = 0;
         for n in 0..nr_nodes {
-            let list = self.nodes.with_lazy(n, |nl| core::mem::take(&mut nl.lazy));
+            let list = self.nodes.with_lazy(n, |nl| {
+                folded += nl.lazy_pages - nl.unfolded;
+                nl.lazy_pages = 0;
+                nl.unfolded = 0;
+                core::mem::take(&mut nl.lazy)
+            });
             for r in &list {
                 start = start.min(r.start);
                 end = end.max(r.end);
@@ -454,7 +489,7 @@ where
                 ..PurgeReport::default()
             };
         }
-        if self.nr.fetch_sub(pages, Ordering::AcqRel) < pages {
+        if self.nr.fetch_sub(folded, Ordering::AcqRel) < folded {
             self.underflows.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.purges.fetch_add(1, Ordering::Relaxed);

@@ -99,6 +99,62 @@ fn global_lock_lazy_free_and_purge_under_threads() {
     });
 }
 
+/// Records the lazy count each vfree's purge check saw; never purges.
+#[derive(Default)]
+struct Watch {
+    seen: std::sync::Mutex<Vec<u64>>,
+}
+impl PurgePolicy for &Watch {
+    const NAME: &'static str = "watch";
+    fn after_free(&self, ctx: &PurgeCtx) -> bool {
+        self.seen.lock().unwrap().push(ctx.lazy_pages);
+        false
+    }
+}
+
+/// `vmap_lazy_nr` is exact (every node's count); the purge check reads the
+/// shared counter, which each node feeds in batches of 64 pages, so it is
+/// never above the exact count and never more than 64 pages per node
+/// below it; a purge takes back exactly what was folded in.
+#[test]
+fn lazy_count_is_exact_and_the_trigger_lags_by_under_a_batch_per_node() {
+    let arena = arena(16 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + (1 << 32)),
+        PAGE,
+        CPUS,
+    )
+    .unwrap();
+    let watch = Watch::default();
+    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, &Watch> =
+        NodeVmalloc::new(&mem, nodes, tlb.on(0), &watch, vmap_lazy::NoCheck, 4).unwrap();
+    let mut total = 0;
+    for round in 0..3 {
+        for i in 0..200u64 {
+            let cpu = (i % CPUS as u64) as usize;
+            let pages = 1 + i % 3;
+            let a = v.vmalloc_on(cpu, pages * PAGE, PAGE).unwrap();
+            v.vfree(a).unwrap();
+            total += pages;
+            assert_eq!(v.vmap_lazy_nr(), total, "round {round}, vfree {i}");
+            let seen = *watch.seen.lock().unwrap().last().unwrap();
+            assert!(
+                seen <= total && total - seen < 64 * CPUS as u64,
+                "{seen} vs {total}"
+            );
+        }
+        let r = v.purge_vmap_area_lazy();
+        assert_eq!(r.pages, total);
+        assert_eq!(v.vmap_lazy_nr(), 0);
+        assert_eq!(v.stats().lazy_underflows, 0);
+        total = 0;
+    }
+    assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "no frame leaked");
+}
+
 #[test]
 fn one_purge_covers_every_nodes_lazy_list() {
     let arena = arena(8 << 20);

@@ -98,23 +98,27 @@ where
         let frames = &*frames;
         #[cfg(feature = "debug")]
         self.poison_frames(frames, 0xa5);
-        let flags = MapFlags::WRITE | MapFlags::GLOBAL;
-        // A fresh area has one owner: inside a last-level table that exists
-        // it is mapped without the lock, as in `map_new_cached`.
-        let unlocked = match &self.leaf {
-            Some(lp) => lp.map(va, frames, flags),
-            None => Ok(false),
-        };
-        let r = match unlocked {
-            Ok(true) => Ok(()),
-            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = r {
+        if let Err(e) = self.map_fresh(va, frames) {
             self.free_frames(frames);
             return Err(VmallocError::Map(e));
         }
         Ok(())
+    }
+
+    /// Maps `frames` at `va`, a fresh vmalloc area (one owner): through
+    /// the leaf path, without the lock, when its last-level table exists;
+    /// otherwise the locked walk populates what is missing.
+    fn map_fresh(&self, va: VirtAddr, frames: &[PhysAddr]) -> Result<(), WalkError> {
+        let flags = MapFlags::WRITE | MapFlags::GLOBAL;
+        let unlocked = match &self.leaf {
+            Some(lp) => lp.map(va, frames, flags),
+            None => Ok(false),
+        };
+        match unlocked {
+            Ok(true) => Ok(()),
+            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
+            Err(e) => Err(e),
+        }
     }
 
     /// [`map_new`](Self::map_new) with the frames from `cache` (see
@@ -137,18 +141,7 @@ where
         let frames = &*frames;
         #[cfg(feature = "debug")]
         self.poison_frames(frames, 0xa5);
-        let flags = MapFlags::WRITE | MapFlags::GLOBAL;
-        let unlocked = match &self.leaf {
-            Some(lp) => lp.map(va, frames, flags),
-            None => Ok(false),
-        };
-        let r = match unlocked {
-            Ok(true) => Ok(()),
-            // A table is missing (or the range is odd): the locked walk.
-            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = r {
+        if let Err(e) = self.map_fresh(va, frames) {
             cache.put(self.mem, L::PAGE_SIZE, frames);
             return Err(VmallocError::Map(e));
         }

@@ -30,7 +30,7 @@
 //! The walker's [`WalkStats`](crate::WalkStats) do not count work done here.
 
 use crate::errors::WalkError;
-use crate::translate::Translation;
+use crate::translate::{Translation, translate_from};
 use crate::walker::{TableRef, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
@@ -241,17 +241,6 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         } else {
             0
         };
-        let mut table = self.roots[half];
-        for level in 0..L::LEVELS {
-            let t = self.table(table, level);
-            let e = L::Entry::from_raw(t.load(L::index(va, level)));
-            match e.kind(level) {
-                EntryKind::None => return None,
-                EntryKind::Table if level + 1 < L::LEVELS => table = e.addr(),
-                EntryKind::Table => return None,
-                EntryKind::Leaf => return Some(Translation::of_leaf::<L>(va, e, level)),
-            }
-        }
-        None
+        translate_from::<L>(self.roots[half], va, |pa, level| self.table(pa, level))
     }
 }

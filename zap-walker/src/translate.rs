@@ -1,6 +1,6 @@
 //! `translate`: the software MMU (what the harness uses to touch memory).
 
-use crate::walker::Walker;
+use crate::walker::{TableRef, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
 };
@@ -42,17 +42,28 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         if !L::is_canonical(va) {
             return None;
         }
-        let mut table = self.root(va);
-        for level in 0..L::LEVELS {
-            let t = self.table(table, level);
-            let e = L::Entry::from_raw(t.load(L::index(va, level)));
-            match e.kind(level) {
-                EntryKind::None => return None,
-                EntryKind::Table if level + 1 < L::LEVELS => table = e.addr(),
-                EntryKind::Table => return None,
-                EntryKind::Leaf => return Some(Translation::of_leaf::<L>(va, e, level)),
-            }
-        }
-        None
+        translate_from::<L>(self.root(va), va, |pa, level| self.table(pa, level))
     }
+}
+
+/// The walk behind every translation: from the root table at `root` down
+/// to the leaf mapping `va` (canonical), reading each table through
+/// `table` (the walker's, or a [`LeafPath`](crate::LeafPath)'s view).
+#[inline]
+pub(crate) fn translate_from<L: PageTableLayout>(
+    root: PhysAddr,
+    va: VirtAddr,
+    table: impl Fn(PhysAddr, usize) -> TableRef,
+) -> Option<Translation> {
+    let mut pa = root;
+    for level in 0..L::LEVELS {
+        let e = L::Entry::from_raw(table(pa, level).load(L::index(va, level)));
+        match e.kind(level) {
+            EntryKind::None => return None,
+            EntryKind::Table if level + 1 < L::LEVELS => pa = e.addr(),
+            EntryKind::Table => return None,
+            EntryKind::Leaf => return Some(Translation::of_leaf::<L>(va, e, level)),
+        }
+    }
+    None
 }

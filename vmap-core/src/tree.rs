@@ -71,9 +71,11 @@ impl<A: Augment> Tree<A> {
         let h = 1 + lh.max(rh);
         let a = if A::ACTIVE { own.max(la).max(ra) } else { 0 };
         let n = s.node_mut(i);
-        let changed = n.height != h || n.aug != a;
+        let changed = n.height != h || (A::ACTIVE && n.aug != a);
         n.height = h;
-        n.aug = a;
+        if A::ACTIVE {
+            n.aug = a;
+        }
         changed
     }
 
@@ -100,6 +102,7 @@ impl<A: Augment> Tree<A> {
         }
     }
 
+    #[inline(always)]
     fn rotate_left<S: NodeSource>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
         let y = s.node(x).right;
         let b = s.node(y).left;
@@ -116,6 +119,7 @@ impl<A: Augment> Tree<A> {
         y
     }
 
+    #[inline(always)]
     fn rotate_right<S: NodeSource>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
         let y = s.node(x).left;
         let b = s.node(y).right;
@@ -155,6 +159,7 @@ impl<A: Augment> Tree<A> {
     /// Walks from `i` to the root updating heights/augmentation and
     /// rebalancing. Each node's children are read once: the balance check
     /// and the recomputation share them.
+    #[inline(always)]
     fn fix_up<S: NodeSource>(&mut self, s: &mut S, mut i: NodeIdx) {
         while i != NIL {
             let n = s.node(i);
@@ -178,13 +183,15 @@ impl<A: Augment> Tree<A> {
             let h = 1 + lh.max(rh);
             let a = if A::ACTIVE { own.max(la).max(ra) } else { 0 };
             let n = s.node_mut(i);
-            if n.height == h && n.aug == a {
+            if n.height == h && (!A::ACTIVE || n.aug == a) {
                 // Height and subtree max unchanged, balanced: nothing above
                 // can change.
                 return;
             }
             n.height = h;
-            n.aug = a;
+            if A::ACTIVE {
+                n.aug = a;
+            }
             i = n.parent;
         }
     }
@@ -292,11 +299,12 @@ impl<A: Augment> Tree<A> {
     /// Unlinks node `z` (the slot stays allocated; the caller frees it or
     /// links it again, its stale links must not be followed). No search:
     /// parent links give the position.
+    #[inline(always)]
     pub(crate) fn remove<S: NodeSource>(&mut self, s: &mut S, z: NodeIdx) {
         self.len -= 1;
-        let (zl, zr, zp) = {
+        let (zl, zr, zp, zh, za) = {
             let n = s.node(z);
-            (n.left, n.right, n.parent)
+            (n.left, n.right, n.parent, n.height, n.aug)
         };
         let fix_from;
         let mut yfix = NIL;
@@ -321,7 +329,6 @@ impl<A: Augment> Tree<A> {
             self.replace_child(s, zp, z, y);
             s.node_mut(y).left = zl;
             s.node_mut(zl).parent = y;
-            let (zh, za) = (s.node(z).height, s.node(z).aug);
             let yn = s.node_mut(y);
             yn.height = zh;
             yn.aug = za;

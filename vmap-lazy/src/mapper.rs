@@ -304,11 +304,13 @@ where
         let p = self.mem.phys_to_ptr(t.phys);
         // SAFETY: `t.phys` lies in a frame the walker maps, which the frame
         // source handed out and the direct map reaches through `p`; the page
-        // table lock is held, so no locked zap can unmap and free the frame
-        // while we write, and concurrent writers through this call are
-        // serialised. The unlocked zap (`unmap_cached`) only clears
-        // `NodeVmalloc`'s vmalloc areas, whose writes go through
-        // `write_byte_owned` under the node lock instead, never here.
+        // table lock is held, so no zap made under it (the walker's, or
+        // `unmap_noflush`'s leaf-path clear) can clear the entry while we
+        // write, and a frame is given back only after its entry is clear;
+        // concurrent writers through this call are serialised. The unlocked
+        // zap (`unmap_cached`) only clears `NodeVmalloc`'s vmalloc areas,
+        // whose writes go through `write_byte_owned` under the node lock
+        // instead, never here.
         unsafe { p.write_volatile(byte) };
         Ok(())
     }

@@ -196,15 +196,20 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
     /// range back to the free space. Unknown address or double free:
     /// [`VmapError::NotFound`], nothing changed.
     pub fn find_unlink(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        let i = self.search_busy(addr.as_u64())?;
+        Ok(self.unlink_node(i))
+    }
+
+    /// The busy (not parked) area starting at `a`: one counted search.
+    #[inline]
+    fn search_busy(&mut self, a: u64) -> Result<NodeIdx, VmapError> {
         let mut v = 0;
-        let i = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
+        let i = self.busy.find_start(&self.src, a, &mut v);
         self.count_free_search();
         if i == NIL || self.src.node(i).parked {
-            return Err(VmapError::NotFound {
-                addr: addr.as_u64(),
-            });
+            return Err(VmapError::NotFound { addr: a });
         }
-        Ok(self.unlink_node(i))
+        Ok(i)
     }
 
     /// [`find_unlink`](Self::find_unlink) for each of `addrs`, reporting each
@@ -221,18 +226,23 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
         let mut next = NIL;
         for addr in addrs {
             let a = addr.as_u64();
-            let i = if next != NIL && self.src.node(next).start == a {
-                next
+            let found = if next != NIL && self.src.node(next).start == a {
+                if self.src.node(next).parked {
+                    Err(VmapError::NotFound { addr: a })
+                } else {
+                    Ok(next)
+                }
             } else {
-                let mut v = 0;
-                self.count_free_search();
-                self.busy.find_start(&self.src, a, &mut v)
+                self.search_busy(a)
             };
-            if i == NIL || self.src.node(i).parked {
-                next = NIL;
-                done(addr, Err(VmapError::NotFound { addr: a }));
-                continue;
-            }
+            let i = match found {
+                Ok(i) => i,
+                Err(e) => {
+                    next = NIL;
+                    done(addr, Err(e));
+                    continue;
+                }
+            };
             // Busy nodes other than `i` survive the unlink, so this stays
             // valid for the next address.
             next = self.policy.busy_after(&self.src, i).unwrap_or(NIL);
@@ -248,15 +258,10 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
     /// The pre-2022 vfree, kept for comparison (`harness vfree-search`):
     /// look the area up, then search again to unlink it — two tree searches.
     pub fn free_two_search(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        self.search_busy(addr.as_u64())?;
+        // The second search, as `__free_vmap_area` did by address (found
+        // and live already: no second check).
         let mut v = 0;
-        let i = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
-        self.count_free_search();
-        if i == NIL || self.src.node(i).parked {
-            return Err(VmapError::NotFound {
-                addr: addr.as_u64(),
-            });
-        }
-        // The second search, as `__free_vmap_area` did by address.
         let j = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
         self.count_free_search();
         Ok(self.unlink_node(j))

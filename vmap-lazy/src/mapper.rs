@@ -201,60 +201,26 @@ where
     }
 
     /// [`unmap_noflush`](Self::unmap_noflush) of a small `vmalloc` area
-    /// whose frames go to `cache` instead of the frame source: they are
-    /// listed under the page-table lock before the zap (which keeps its
-    /// frees) and handed to the cache after the lock is dropped. A frame
-    /// still mapped after a failed zap stays mapped, as with `unmap_noflush`.
+    /// whose frames go to `cache` instead of the frame source: cleared
+    /// through the leaf path without the page-table lock (the area has one
+    /// owner, and writes to it take its node lock, see
+    /// `NodeVmalloc::write_byte`). An area the leaf path declines (it
+    /// crosses a last-level table; rare for small areas) goes through
+    /// `unmap_noflush`, its frames straight back to the source.
     pub(crate) fn unmap_cached(
         &self,
         cache: &FrameCache<R>,
         start: VirtAddr,
         end: VirtAddr,
     ) -> Result<(), VmallocError> {
-        let ps = L::PAGE_SIZE;
-        let pages = (end.as_u64() - start.as_u64()) / ps;
-        if pages > STACK_FRAMES as u64 {
-            return self.unmap_noflush(start, end, false);
-        }
         let mut stack = [PhysAddr::new(0); STACK_FRAMES];
-        if let Some(n) = self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
-            cache.put(self.mem, ps, &stack[..n]);
-            return Ok(());
+        match self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
+            Some(n) => {
+                cache.put(self.mem, L::PAGE_SIZE, &stack[..n]);
+                Ok(())
+            }
+            None => self.unmap_noflush(start, end, false),
         }
-        let mut n = 0;
-        let r = {
-            let mut pt = self.pt.lock();
-            let page = |k: u64| VirtAddr::new(start.as_u64() + k * ps);
-            let mut before = [None; STACK_FRAMES];
-            for (k, slot) in before.iter_mut().enumerate().take(pages as usize) {
-                match pt.translate(page(k as u64)) {
-                    Some(t) if t.size != ps => {
-                        // Not an area of base pages: the plain path.
-                        drop(pt);
-                        return self.unmap_noflush(start, end, false);
-                    }
-                    // MMIO is not memory of the source (nor of the cache).
-                    Some(t) if !t.flags.contains(MapFlags::DEVICE) => *slot = Some(t.frame),
-                    _ => {}
-                }
-            }
-            self.mem.set_keep_frees(true);
-            let mut gather: Gather<NoFlush, 64> = Gather::new(NoFlush);
-            let r = pt.zap_range(start, end, &mut Unbounded::new(ps), &mut gather);
-            self.mem.set_keep_frees(false);
-            // Ours now: the frames whose page the zap cleared.
-            for (k, f) in before.iter().enumerate().take(pages as usize) {
-                if let Some(f) = *f {
-                    if r.is_ok() || pt.translate(page(k as u64)).is_none() {
-                        stack[n] = f;
-                        n += 1;
-                    }
-                }
-            }
-            r
-        };
-        cache.put(self.mem, ps, &stack[..n]);
-        r.map(|_| ()).map_err(VmallocError::Unmap)
     }
 
     /// Returns the frames `cache` holds to the frame source.
@@ -283,34 +249,45 @@ where
         let Some(lp) = &self.leaf else {
             return self.write_byte(va, byte);
         };
-        let t = lp
-            .translate(va)
-            .filter(|t| t.flags.contains(MapFlags::WRITE))
-            .ok_or(VmallocError::NotFound { addr: va.as_u64() })?;
-        let p = self.mem.phys_to_ptr(t.phys);
-        // SAFETY: `t.phys` lies in a frame mapped at `va`, which the frame
-        // source handed out and the direct map reaches through `p`; by the
-        // caller's contract it stays mapped and unshared while we write.
-        unsafe { p.write_volatile(byte) };
-        Ok(())
+        // SAFETY: `lp.translate(va)` is `va`'s current translation; by the
+        // caller's contract its frame stays mapped and unshared while we
+        // write.
+        unsafe { self.write_through(lp.translate(va), va, byte) }
     }
 
     pub(crate) fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
         let pt = self.pt.lock();
-        let t = pt
-            .translate(va)
-            .filter(|t| t.flags.contains(MapFlags::WRITE))
-            .ok_or(VmallocError::NotFound { addr: va.as_u64() })?;
-        let p = self.mem.phys_to_ptr(t.phys);
-        // SAFETY: `t.phys` lies in a frame the walker maps, which the frame
-        // source handed out and the direct map reaches through `p`; the page
-        // table lock is held, so no zap made under it (the walker's, or
-        // `unmap_noflush`'s leaf-path clear) can clear the entry while we
-        // write, and a frame is given back only after its entry is clear;
+        // SAFETY: the page-table lock is held across the translation and
+        // the write, so no zap made under it (the walker's, or
+        // `unmap_noflush`'s leaf-path clear) can clear the entry meanwhile,
+        // and a frame is given back only after its entry is clear;
         // concurrent writers through this call are serialised. The unlocked
         // zap (`unmap_cached`) only clears `NodeVmalloc`'s vmalloc areas,
         // whose writes go through `write_byte_owned` under the node lock
         // instead, never here.
+        unsafe { self.write_through(pt.translate(va), va, byte) }
+    }
+
+    /// Writes `byte` at `va` through its translation `t` (`None`, or not
+    /// writable: `NotFound`).
+    ///
+    /// # Safety
+    ///
+    /// `t` must be `va`'s current translation, and its frame must stay
+    /// mapped at `va`, and not be written by anyone else, until this returns.
+    unsafe fn write_through(
+        &self,
+        t: Option<Translation>,
+        va: VirtAddr,
+        byte: u8,
+    ) -> Result<(), VmallocError> {
+        let t = t
+            .filter(|t| t.flags.contains(MapFlags::WRITE))
+            .ok_or(VmallocError::NotFound { addr: va.as_u64() })?;
+        let p = self.mem.phys_to_ptr(t.phys);
+        // SAFETY: `t.phys` lies in a frame mapped at `va` (the frame source
+        // handed it out; the direct map reaches it through `p`), which by
+        // this function's contract stays mapped and unshared while we write.
         unsafe { p.write_volatile(byte) };
         Ok(())
     }

@@ -348,13 +348,16 @@ where
         {
             let mut kva = self.kva.lock();
             let kva = &mut *kva;
+            let (areas, space) = (&mut kva.areas, &mut kva.space);
             let live = batch.ranges.iter().filter(|r| !r.released);
-            for r in live.clone() {
-                kva.areas.remove(r.start);
-            }
             // Cannot fail: a lazy area's range stays reserved until here.
-            kva.space
-                .find_unlink_batch(live.map(|r| VirtAddr::new(r.start)), |_, _| {});
+            space.find_unlink_batch(
+                live.map(|r| {
+                    areas.remove(r.start);
+                    VirtAddr::new(r.start)
+                }),
+                |_, _| {},
+            );
         }
         self.lazy.retire(batch.pages);
         self.counters.purges.fetch_add(1, Relaxed);

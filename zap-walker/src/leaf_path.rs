@@ -196,7 +196,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
                 return Ok(false);
             }
         }
-        parent.add_live(slot, frames.len() as u64);
+        parent.adjust_live(slot, frames.len() as u64, true);
         Ok(true)
     }
 
@@ -227,7 +227,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
                 }
             }
         }
-        parent.sub_live(slot, cleared);
+        parent.adjust_live(slot, cleared.wrapping_neg(), true);
         Some(listed)
     }
 

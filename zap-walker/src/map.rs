@@ -408,7 +408,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 }
                 EntryKind::Table => {
                     // Only the entries this pass installed are added (see
-                    // `TableRef::add_live`).
+                    // `TableRef::adjust_live`).
                     let before = t.live(idx);
                     let mut child_live = before;
                     let child = self.table(e.addr(), level + 1);

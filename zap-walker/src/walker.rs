@@ -147,7 +147,7 @@ impl TableRef {
 
     /// Live entries of the child table behind entry `i`. Relaxed: a count
     /// is only ever read to skip work by its owner, who changes it by
-    /// deltas (see [`add_live`](Self::add_live)).
+    /// deltas (see [`adjust_live`](Self::adjust_live)).
     #[inline]
     pub(crate) fn live(self, i: usize) -> u64 {
         self.live_word(i).load(Ordering::Relaxed)
@@ -160,24 +160,12 @@ impl TableRef {
         self.live_word(i).store(v, Ordering::Relaxed)
     }
 
-    /// Adds `n` to the live count behind entry `i`. A delta, not a store:
-    /// a [`LeafPath`](crate::LeafPath) may change the same count (other
-    /// entries of the same last-level table) meanwhile.
-    #[inline]
-    pub(crate) fn add_live(self, i: usize, n: u64) {
-        self.live_word(i).fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Subtracts `n` from the live count behind entry `i` (as `add_live`).
-    #[inline]
-    pub(crate) fn sub_live(self, i: usize, n: u64) {
-        self.live_word(i).fetch_sub(n, Ordering::Relaxed);
-    }
-
     /// Adds `n` (wrapping: a subtraction is the negated delta) to the live
-    /// count behind entry `i`, as an atomic read-modify-write only when
-    /// `shared`, i.e. once a [`LeafPath`](crate::LeafPath) may change
-    /// counts too. Otherwise the walker's owner is the only writer and a
+    /// count behind entry `i`. A delta, not a store of a snapshot: a
+    /// [`LeafPath`](crate::LeafPath) may change the same count (other
+    /// entries of the same last-level table) meanwhile. An atomic
+    /// read-modify-write only when `shared`, i.e. once a `LeafPath` may
+    /// change counts too. Otherwise the walker's owner is the only writer and a
     /// load and a store do, which keeps LOCKed instructions off a plain
     /// map/unmap (on x86_64 each costs about 20 cycles).
     #[inline]

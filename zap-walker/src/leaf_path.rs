@@ -27,6 +27,11 @@
 //!   lowered only after they are cleared, so it never counts fewer entries
 //!   of a range than its owner has mapped there.
 //!
+//! The loom model `tests/loom_leaf_path.rs` runs this path and the locked
+//! walker on one last-level table at once and checks every count after;
+//! `tests/loom_leaf_path_broken.rs` shows it failing when the locked walker
+//! changes a shared count with a plain load and store.
+//!
 //! The walker's [`WalkStats`](crate::WalkStats) do not count work done here.
 
 use crate::errors::WalkError;
@@ -112,7 +117,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
     fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
         TableRef::new(
-            self.mem.phys_to_ptr(pa) as *mut u64,
+            self.mem.phys_to_ptr(pa),
             L::entries(level),
             level + 1 < L::LEVELS,
         )

@@ -22,6 +22,9 @@
 //!   last-level tables without the walker's lock (Linux's lockless vmalloc
 //!   PTE writes), declining whatever needs a table.
 //!
+//! `LeafPath` is model-checked with loom (`tests/loom_leaf_path*.rs`): table
+//! words come from the `arch_api::sync` shim, so the model runs this code.
+//!
 //! Start reading at `walker.rs` (tables, shadow counts, the root split), then
 //! `zap.rs` (the level function that returns the address it reached), then
 //! `budget/work.rs`.
@@ -35,6 +38,8 @@ pub mod budget;
 mod errors;
 mod gather;
 mod leaf_path;
+#[cfg(loom)]
+pub mod loom_mutation;
 mod map;
 mod stats;
 mod stock;

@@ -252,7 +252,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.stats.leaves_mapped += pages;
         if missing == 0 {
             if let Some((p, i)) = parent {
-                p.adjust_live(i, pages, self.tables_pinned);
+                p.adjust_live(i, pages, self.counts_shared());
             } else {
                 self.root_live[h] += pages; // a one-level layout
             }
@@ -275,7 +275,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         t.set_live(idx, child_live);
         t.store(idx, L::Entry::new_table(new[0]).raw());
         match parent {
-            Some((p, i)) => p.adjust_live(i, 1, self.tables_pinned),
+            Some((p, i)) => p.adjust_live(i, 1, self.counts_shared()),
             None => self.root_live[h] += 1,
         }
         Ok(())
@@ -403,7 +403,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.adjust_live(idx, child_live, self.tables_pinned);
+                    t.adjust_live(idx, child_live, self.counts_shared());
                     r?;
                 }
                 EntryKind::Table => {
@@ -414,7 +414,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     let child = self.table(e.addr(), level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.adjust_live(idx, child_live - before, self.tables_pinned);
+                    t.adjust_live(idx, child_live - before, self.counts_shared());
                     r?;
                 }
                 EntryKind::Leaf => {
@@ -429,11 +429,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     fn reserve_push(&mut self, r: &mut Reserve, level: usize, pa: PhysAddr) {
-        let p = self.mem.phys_to_ptr(pa) as *mut u64;
-        // SAFETY: `pa` is a table page just allocated (and zeroed) by
-        // `alloc_table`, at least 8 bytes, 8-aligned, not linked anywhere: a
-        // plain write cannot race with the MMU or a software walker.
-        unsafe { p.write(r.heads[level]) };
+        // `pa` was just allocated (and zeroed) by `alloc_table` and is not
+        // linked anywhere: its first word is free to link the reserve.
+        self.link_word(pa).store(0, r.heads[level]);
         r.heads[level] = pa.as_u64() | 1;
     }
 
@@ -443,12 +441,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return None;
         }
         let pa = PhysAddr::new(head & !1);
-        let p = self.mem.phys_to_ptr(pa) as *mut u64;
-        // SAFETY: as in `reserve_push`: the page is reserved and unlinked; the
-        // link word is restored to zero so the table is all zero again.
-        r.heads[level] = unsafe { p.read() };
-        // SAFETY: as above.
-        unsafe { p.write(0) };
+        // The link word is restored to zero so the table is all zero again.
+        let link = self.link_word(pa);
+        r.heads[level] = link.load(0);
+        link.store(0, 0);
         Some(pa)
     }
 

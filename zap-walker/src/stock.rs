@@ -97,11 +97,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         if self.stock.count[level] >= self.stock.max {
             return Err(pa);
         }
-        let p = self.mem.phys_to_ptr(pa) as *mut u64;
-        // SAFETY: `pa` is a table page of at least 8 bytes, 8-aligned, that
-        // is unlinked and (after a zap) flushed: neither the MMU nor a
-        // software walker can reach it, so a plain write cannot race.
-        unsafe { p.write(self.stock.heads[level]) };
+        // The page is unlinked and (after a zap) flushed: neither the MMU
+        // nor a software walk reaches it, so its first word is free to link.
+        self.link_word(pa).store(0, self.stock.heads[level]);
         self.stock.heads[level] = pa.as_u64() | 1;
         self.stock.count[level] += 1;
         self.stock.bytes += self.alloc_bytes(level);
@@ -115,12 +113,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return None;
         }
         let pa = PhysAddr::new(head & !1);
-        let p = self.mem.phys_to_ptr(pa) as *mut u64;
-        // SAFETY: as in `stock_put`: the page is stocked, hence unreachable;
-        // restoring the link word to 0 makes the whole page zero again.
-        self.stock.heads[level] = unsafe { p.read() };
-        // SAFETY: as above.
-        unsafe { p.write(0) };
+        // Restoring the link word to 0 makes the whole page zero again.
+        let link = self.link_word(pa);
+        self.stock.heads[level] = link.load(0);
+        link.store(0, 0);
         self.stock.count[level] -= 1;
         self.stock.bytes -= self.alloc_bytes(level);
         #[cfg(any(debug_assertions, feature = "debug"))]

@@ -5,7 +5,10 @@
 //!
 //! Entries are `u64` words in table pages reached through
 //! [`PhysMap::phys_to_ptr`], and they are read and written as `AtomicU64`, not
-//! through volatile accesses. The MMU walks them concurrently with us and may
+//! through volatile accesses. The atomic type comes from the
+//! [`arch_api::sync`] shim: under `--cfg loom` it is loom's, and table memory
+//! must then be loom atomics (see `tests/loom_common`), so one source is
+//! both the shipped code and the model. The MMU walks them concurrently with us and may
 //! set accessed/dirty bits in a live entry; an atomic access is a single,
 //! untorn 64-bit load or store that the compiler may neither split, merge nor
 //! elide (on x86_64 and aarch64 a relaxed or acquire load is a plain `mov` /
@@ -42,12 +45,12 @@
 use crate::errors::WalkError;
 use crate::stats::WalkStats;
 use crate::stock::TableStock;
+use arch_api::sync::atomic::{AtomicU64, Ordering};
 use arch_api::{
     EntryKind, FrameError, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr,
     PhysMap, VirtAddr,
 };
 use core::marker::PhantomData;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The most levels a layout may have (x86_64 LA57 has 5).
 pub const MAX_LEVELS: usize = 6;
@@ -56,8 +59,8 @@ pub const MAX_LEVELS: usize = 6;
 /// above the last level, the shadow of live counts (read by nobody else).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableRef {
-    entries: *mut u64,
-    shadow: *mut u64,
+    entries: *const AtomicU64,
+    shadow: *const AtomicU64,
     len: usize,
 }
 
@@ -65,11 +68,12 @@ impl TableRef {
     /// The table whose entries start at `entries` (`len` of them), with its
     /// shadow right after them if `shadow`.
     #[inline]
-    pub(crate) fn new(entries: *mut u64, len: usize, shadow: bool) -> Self {
+    pub(crate) fn new(entries: *mut u8, len: usize, shadow: bool) -> Self {
+        let entries = entries as *const AtomicU64;
         let shadow = if shadow {
             entries.wrapping_add(len)
         } else {
-            core::ptr::null_mut()
+            core::ptr::null()
         };
         TableRef {
             entries,
@@ -78,32 +82,35 @@ impl TableRef {
         }
     }
 
-    /// Loads entry `i` (acquire: a table pointer read here may be followed).
+    /// Entry `i` as an atomic.
     #[inline]
-    pub(crate) fn load(self, i: usize) -> u64 {
+    fn entry(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.len);
         // SAFETY: `entries` points at a live table page of `len` u64 words,
-        // 8-byte aligned (tables are aligned to their size), owned by the
+        // 8-byte aligned (tables are aligned to their size; `AtomicU64` has
+        // the size and alignment of `u64` where it exists), owned by the
         // walker for as long as it is linked; `i < len` because every index
         // comes from `PageTableLayout::index`, which masks with
         // `entries(level) - 1`. All accesses to a linked table are atomic.
-        unsafe { AtomicU64::from_ptr(self.entries.add(i)) }.load(Ordering::Acquire)
+        unsafe { &*self.entries.add(i) }
+    }
+
+    /// Loads entry `i` (acquire: a table pointer read here may be followed).
+    #[inline]
+    pub(crate) fn load(self, i: usize) -> u64 {
+        self.entry(i).load(Ordering::Acquire)
     }
 
     /// Stores entry `i` (release: the table it may point to is zeroed first).
     #[inline]
     pub(crate) fn store(self, i: usize, v: u64) {
-        debug_assert!(i < self.len);
-        // SAFETY: as in `load`.
-        unsafe { AtomicU64::from_ptr(self.entries.add(i)) }.store(v, Ordering::Release)
+        self.entry(i).store(v, Ordering::Release)
     }
 
     /// Replaces entry `i`, returning the value it had at that instant.
     #[inline]
     pub(crate) fn swap(self, i: usize, v: u64) -> u64 {
-        debug_assert!(i < self.len);
-        // SAFETY: as in `load`.
-        unsafe { AtomicU64::from_ptr(self.entries.add(i)) }.swap(v, Ordering::AcqRel)
+        self.entry(i).swap(v, Ordering::AcqRel)
     }
 
     /// Shadow word `i` as an atomic.
@@ -115,7 +122,7 @@ impl TableRef {
         // as the table is linked). They are accessed only as atomics: the
         // walker under its owner's lock and, for a last-level table's count,
         // [`LeafPath`](crate::LeafPath) users on other CPUs at the same time.
-        unsafe { AtomicU64::from_ptr(self.shadow.add(i)) }
+        unsafe { &*self.shadow.add(i) }
     }
 
     /// Sets entry `i` to `v` if it is empty (0); whether it was. A load and
@@ -354,8 +361,33 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// The table page at `pa` of `level`.
     #[inline]
     pub(crate) fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
-        let entries = self.mem.phys_to_ptr(pa) as *mut u64;
+        let entries = self.mem.phys_to_ptr(pa);
         TableRef::new(entries, L::entries(level), Self::has_shadow(level))
+    }
+
+    /// Word 0 of the unlinked table page `pa`, which links the page into a
+    /// list (the stock, a map's reserve) while no walk can reach it. It is
+    /// accessed as an atomic like every table word, so the page's memory is
+    /// only ever seen one way (and is loom's under `cfg(loom)`).
+    #[inline]
+    pub(crate) fn link_word(&self, pa: PhysAddr) -> TableRef {
+        TableRef::new(self.mem.phys_to_ptr(pa), 1, false)
+    }
+
+    /// Whether a live count may be changed by a [`LeafPath`](crate::LeafPath)
+    /// meanwhile, so the walker must change it by atomic read-modify-write
+    /// (see [`TableRef::adjust_live`]).
+    #[inline]
+    pub(crate) fn counts_shared(&self) -> bool {
+        // Broken variant (loom_leaf_path_broken): the locked walker keeps
+        // its plain load-and-store delta although a `LeafPath` exists, so
+        // an unlocked map or zap of another page of the same table between
+        // the load and the store is lost from the count.
+        #[cfg(loom)]
+        if crate::loom_mutation::active(crate::loom_mutation::PLAIN_LOCKED_DELTA) {
+            return false;
+        }
+        self.tables_pinned
     }
 
     /// A zeroed table page (with its shadow) for `level`: from the stock if
@@ -369,12 +401,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             }
             None => {
                 let pa = self.mem.alloc(bytes, bytes)?;
-                let p = self.mem.phys_to_ptr(pa);
-                // SAFETY: the source just handed out `bytes` bytes at `pa`,
-                // reachable through `p`; nothing else uses them yet (the page
-                // is not linked), so a plain write is fine. Frames are not
-                // zeroed by the source.
-                unsafe { p.write_bytes(0, bytes as usize) };
+                self.zero_fresh(pa, bytes);
                 pa
             }
         };
@@ -382,6 +409,28 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         self.table_bytes_in_use += bytes;
         self.stats.tables_allocated += 1;
         Ok(pa)
+    }
+
+    /// Zeroes the `bytes` bytes just allocated at `pa` (frames are not
+    /// zeroed by the source).
+    #[cfg(not(loom))]
+    fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
+        let p = self.mem.phys_to_ptr(pa);
+        // SAFETY: the source just handed out `bytes` bytes at `pa`,
+        // reachable through `p`; nothing else uses them yet (the page is not
+        // linked), so a plain write is fine.
+        unsafe { p.write_bytes(0, bytes as usize) };
+    }
+
+    /// Zeroes the words just allocated at `pa`. Under loom table memory is
+    /// loom atomics, which a byte write would destroy: store each word.
+    #[cfg(loom)]
+    fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
+        let words = (bytes / 8) as usize;
+        let t = TableRef::new(self.mem.phys_to_ptr(pa), words, false);
+        for i in 0..words {
+            t.entry(i).store(0, Ordering::Relaxed);
+        }
     }
 
     /// Returns an unlinked (and, after a zap, flushed) all-zero table page:

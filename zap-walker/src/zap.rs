@@ -203,7 +203,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         t.adjust_live(
             idx,
             (before - child_live).wrapping_neg(),
-            self.tables_pinned,
+            self.counts_shared(),
         );
         let reached = r?;
         if child_live == 0 && self.free_empty_tables {

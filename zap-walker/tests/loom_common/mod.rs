@@ -1,0 +1,163 @@
+//! The loom model of [`LeafPath`]: an unlocked owner of one page and a
+//! locked-walker owner of another page map and zap them at once inside the
+//! same last-level table, whose live count (a word of its parent's shadow)
+//! both change. Afterwards every count must still equal the entries it
+//! counts, and a reader on the unlocked path sees a page either absent or
+//! mapped to its own frame, never anything else.
+//!
+//! Table memory is loom atomics here ([`LoomMem`]): under `--cfg loom` the
+//! walker's table words are loom's `AtomicU64` (the `arch_api::sync` shim),
+//! so loom explores the shipped code's accesses, not a copy of them.
+#![allow(dead_code)]
+
+use crate::common::Tiny;
+use arch_api::{FrameError, FrameSource, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
+use loom::sync::atomic::AtomicU64;
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use zap_walker::{Frames, Gather, LeafPath, MapFlags, Unbounded, Walker};
+
+/// Words backing one frame. A Tiny table is at most 8 entries plus a
+/// shadow of the same size (64 bytes together); 16 words leave room.
+const SLOT_WORDS: usize = 16;
+/// Frames the model may allocate: the root and three tables below it.
+const FRAMES: usize = 6;
+/// Tiny's base page (4 KiB).
+const PS: u64 = 4096;
+
+/// A frame source whose frames are loom atomics: frame `k` is physical
+/// address `(k + 1) * 4096` (Tiny entries keep only page-aligned table
+/// addresses) and words `k * SLOT_WORDS ..` of `words`.
+pub struct LoomMem {
+    words: Vec<AtomicU64>,
+    next: AtomicUsize,
+    freed: AtomicUsize,
+}
+
+impl LoomMem {
+    fn new() -> Self {
+        LoomMem {
+            words: (0..FRAMES * SLOT_WORDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            next: AtomicUsize::new(0),
+            freed: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl FrameSource for LoomMem {
+    /// Small enough that a Tiny table takes one 64-byte allocation, so the
+    /// walker zeroes 8 words, not 512 (each store is a loom operation).
+    fn granule(&self) -> u64 {
+        64
+    }
+
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        if size > (SLOT_WORDS * 8) as u64 || align > PS {
+            return Err(FrameError::BadLayout);
+        }
+        let k = self.next.fetch_add(1, Ordering::Relaxed);
+        if k >= FRAMES {
+            return Err(FrameError::OutOfFrames);
+        }
+        Ok(PhysAddr::new((k as u64 + 1) * PS))
+    }
+
+    fn free(&self, _addr: PhysAddr, _size: u64) -> Result<(), FrameError> {
+        self.freed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl PhysMap for LoomMem {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        let pa = addr.as_u64();
+        let word = (pa / PS - 1) as usize * SLOT_WORDS + (pa % PS / 8) as usize;
+        assert!(word < self.words.len(), "{addr:?} is not a table frame");
+        self.words.as_ptr().wrapping_add(word) as *mut u8
+    }
+}
+
+/// The model flushes nothing: no TLB is simulated, only the tables.
+struct NoTlb;
+
+impl TlbFlush for NoTlb {
+    fn flush_page(&self, _va: VirtAddr) {}
+    fn flush_all(&self) {}
+}
+
+/// Three pages of the last-level table at 32 KiB: `C` mapped before the
+/// threads start (so every table exists), `A` owned by the unlocked path,
+/// `B` by the locked walker.
+const C: u64 = 0x8000;
+const A: u64 = 0x9000;
+const B: u64 = 0xa000;
+
+fn va(a: u64) -> VirtAddr {
+    VirtAddr::new(a)
+}
+
+/// The data frame mapped at page `a` (never dereferenced).
+fn frame(a: u64) -> PhysAddr {
+    PhysAddr::new(0x10_0000 + a)
+}
+
+type W = Walker<'static, Tiny, LoomMem>;
+
+/// The unlocked owner of `A`: map, read back, zap.
+fn unlocked_owner(lp: LeafPath<'static, Tiny, LoomMem>) {
+    assert_eq!(lp.map(va(A), &[frame(A)], MapFlags::WRITE), Ok(true));
+    assert_eq!(lp.translate(va(A)).map(|t| t.frame), Some(frame(A)));
+    let mut out = [PhysAddr::new(0); 1];
+    assert_eq!(lp.zap(va(A), va(A + PS), &mut out), Some(1));
+    assert_eq!(out[0], frame(A));
+}
+
+/// The locked owner of `B`: map under the lock, look at `A` on the
+/// unlocked path meanwhile, zap under the lock.
+fn locked_owner(w: &Mutex<W>, lp: LeafPath<'static, Tiny, LoomMem>) {
+    w.lock()
+        .unwrap()
+        .map_range(va(B), Frames::List(&[frame(B)]), MapFlags::WRITE)
+        .unwrap();
+    if let Some(t) = lp.translate(va(A)) {
+        assert_eq!(t.frame, frame(A), "a torn or foreign entry at A");
+    }
+    let mut g: Gather<NoTlb, 4> = Gather::new(NoTlb);
+    w.lock()
+        .unwrap()
+        .zap_range(va(B), va(B + PS), &mut Unbounded::new(PS), &mut g)
+        .unwrap();
+}
+
+/// The model: both owners at once, then every count checked.
+pub fn leaf_path_beside_locked_walker() {
+    loom::model(|| {
+        // `loom::thread::spawn` wants 'static; one small leak per
+        // execution is the price of sharing the frame source.
+        let mem: &'static LoomMem = Box::leak(Box::new(LoomMem::new()));
+        let mut w: W = Walker::new(mem).unwrap();
+        w.map_range(va(C), Frames::List(&[frame(C)]), MapFlags::WRITE)
+            .unwrap();
+        let tables = w.tables_in_use();
+        // SAFETY: the path's copies live in the two threads, both joined
+        // before `w` is dropped at the end of this closure.
+        let lp = unsafe { w.leaf_path() }.unwrap();
+        let w = Arc::new(Mutex::new(w));
+        let t1 = thread::spawn(move || unlocked_owner(lp));
+        let w2 = w.clone();
+        let t2 = thread::spawn(move || locked_owner(&w2, lp));
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let w = w.lock().unwrap();
+        w.check_consistency()
+            .expect("a live count differs from the entries it counts");
+        assert_eq!(w.translate(va(C)).map(|t| t.frame), Some(frame(C)));
+        assert_eq!(w.translate(va(A)), None);
+        assert_eq!(w.translate(va(B)), None);
+        assert_eq!(w.tables_in_use(), tables, "a table was freed or added");
+        assert_eq!(Tiny::LEVELS, 4);
+    });
+}

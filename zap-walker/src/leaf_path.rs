@@ -28,9 +28,12 @@
 //!   of a range than its owner has mapped there.
 //!
 //! The loom model `tests/loom_leaf_path.rs` runs this path and the locked
-//! walker on one last-level table at once and checks every count after;
-//! `tests/loom_leaf_path_broken.rs` shows it failing when the locked walker
-//! changes a shared count with a plain load and store.
+//! walker on one last-level table at once, in a table that exists and in
+//! one the locked walker links meanwhile, and checks every count after. It
+//! fails on two broken variants: the locked walker changing a shared count
+//! with a plain load and store (`tests/loom_leaf_path_broken.rs`), and
+//! linking a new table before setting its count
+//! (`tests/loom_leaf_path_link_broken.rs`).
 //!
 //! The walker's [`WalkStats`](crate::WalkStats) do not count work done here.
 

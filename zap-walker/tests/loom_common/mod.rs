@@ -1,7 +1,8 @@
 //! The loom model of [`LeafPath`]: an unlocked owner of one page and a
 //! locked-walker owner of another page map and zap them at once inside the
 //! same last-level table, whose live count (a word of its parent's shadow)
-//! both change. Afterwards every count must still equal the entries it
+//! both change; the table either exists or is linked by one of them
+//! meanwhile. Afterwards every count must still equal the entries it
 //! counts, and a reader on the unlocked path sees a page either absent or
 //! mapped to its own frame, never anything else.
 //!
@@ -11,7 +12,7 @@
 #![allow(dead_code)]
 
 use crate::common::Tiny;
-use arch_api::{FrameError, FrameSource, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
+use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -21,7 +22,8 @@ use zap_walker::{Frames, Gather, LeafPath, MapFlags, Unbounded, Walker};
 /// Words backing one frame. A Tiny table is at most 8 entries plus a
 /// shadow of the same size (64 bytes together); 16 words leave room.
 const SLOT_WORDS: usize = 16;
-/// Frames the model may allocate: the root and three tables below it.
+/// Frames the model may allocate: the root, three tables below it for `C`
+/// and one more last-level table.
 const FRAMES: usize = 6;
 /// Tiny's base page (4 KiB).
 const PS: u64 = 4096;
@@ -88,12 +90,31 @@ impl TlbFlush for NoTlb {
     fn flush_all(&self) {}
 }
 
-/// Three pages of the last-level table at 32 KiB: `C` mapped before the
-/// threads start (so every table exists), `A` owned by the unlocked path,
-/// `B` by the locked walker.
+/// Mapped before the threads start, so every table down to the last-level
+/// table at 32 KiB exists.
 const C: u64 = 0x8000;
-const A: u64 = 0x9000;
-const B: u64 = 0xa000;
+
+/// Where the two owners work: inside the last-level table `C` made
+/// ([`Existing`](Table::Existing)), or inside the next one, which does not
+/// exist yet ([`New`](Table::New)): the locked owner links it while the
+/// unlocked owner looks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// The last-level table at 32 KiB.
+    Existing,
+    /// The last-level table at 64 KiB, made by the locked owner.
+    New,
+}
+
+impl Table {
+    /// Page `A` (the unlocked owner's) and page `B` (the locked owner's).
+    fn pages(self) -> (u64, u64) {
+        match self {
+            Table::Existing => (0x9000, 0xa000),
+            Table::New => (0x10000, 0x11000),
+        }
+    }
+}
 
 fn va(a: u64) -> VirtAddr {
     VirtAddr::new(a)
@@ -105,59 +126,78 @@ fn frame(a: u64) -> PhysAddr {
 }
 
 type W = Walker<'static, Tiny, LoomMem>;
+type Path = LeafPath<'static, Tiny, LoomMem>;
 
-/// The unlocked owner of `A`: map, read back, zap.
-fn unlocked_owner(lp: LeafPath<'static, Tiny, LoomMem>) {
-    assert_eq!(lp.map(va(A), &[frame(A)], MapFlags::WRITE), Ok(true));
-    assert_eq!(lp.translate(va(A)).map(|t| t.frame), Some(frame(A)));
-    let mut out = [PhysAddr::new(0); 1];
-    assert_eq!(lp.zap(va(A), va(A + PS), &mut out), Some(1));
-    assert_eq!(out[0], frame(A));
-}
-
-/// The locked owner of `B`: map under the lock, look at `A` on the
-/// unlocked path meanwhile, zap under the lock.
-fn locked_owner(w: &Mutex<W>, lp: LeafPath<'static, Tiny, LoomMem>) {
+fn map_locked(w: &Mutex<W>, a: u64) {
     w.lock()
         .unwrap()
-        .map_range(va(B), Frames::List(&[frame(B)]), MapFlags::WRITE)
+        .map_range(va(a), Frames::List(&[frame(a)]), MapFlags::WRITE)
         .unwrap();
-    if let Some(t) = lp.translate(va(A)) {
-        assert_eq!(t.frame, frame(A), "a torn or foreign entry at A");
+}
+
+/// The unlocked owner of `a`: map, read back, zap. In a new table it maps
+/// once the locked owner's table is visible, retrying until then: loom keeps
+/// only the last access to each atomic, so a first attempt that declines
+/// (and falls back to the locked walker) would hide from it the race
+/// between the table's link and its count that this model is about.
+fn unlocked_owner(table: Table, lp: Path, a: u64) {
+    loop {
+        match lp.map(va(a), &[frame(a)], MapFlags::WRITE) {
+            Ok(true) => break,
+            Ok(false) if table == Table::New => thread::yield_now(),
+            other => panic!("the unlocked map of {a:#x} gave {other:?}"),
+        }
+    }
+    assert_eq!(lp.translate(va(a)).map(|t| t.frame), Some(frame(a)));
+    let mut out = [PhysAddr::new(0); 1];
+    assert_eq!(lp.zap(va(a), va(a + PS), &mut out), Some(1));
+    assert_eq!(out[0], frame(a));
+}
+
+/// The locked owner of `b`: map under the lock, look at `a` on the
+/// unlocked path meanwhile, zap under the lock.
+fn locked_owner(w: &Mutex<W>, lp: Path, a: u64, b: u64) {
+    map_locked(w, b);
+    if let Some(t) = lp.translate(va(a)) {
+        assert_eq!(t.frame, frame(a), "a torn or foreign entry at {a:#x}");
     }
     let mut g: Gather<NoTlb, 4> = Gather::new(NoTlb);
     w.lock()
         .unwrap()
-        .zap_range(va(B), va(B + PS), &mut Unbounded::new(PS), &mut g)
+        .zap_range(va(b), va(b + PS), &mut Unbounded::new(PS), &mut g)
         .unwrap();
 }
 
-/// The model: both owners at once, then every count checked.
-pub fn leaf_path_beside_locked_walker() {
-    loom::model(|| {
+/// The model: both owners at once in `table`, then every count checked.
+pub fn leaf_path_beside_locked_walker(table: Table) {
+    let (a, b) = table.pages();
+    loom::model(move || {
         // `loom::thread::spawn` wants 'static; one small leak per
         // execution is the price of sharing the frame source.
         let mem: &'static LoomMem = Box::leak(Box::new(LoomMem::new()));
         let mut w: W = Walker::new(mem).unwrap();
         w.map_range(va(C), Frames::List(&[frame(C)]), MapFlags::WRITE)
             .unwrap();
-        let tables = w.tables_in_use();
+        let tables = w.tables_in_use() + u64::from(table == Table::New);
         // SAFETY: the path's copies live in the two threads, both joined
         // before `w` is dropped at the end of this closure.
         let lp = unsafe { w.leaf_path() }.unwrap();
         let w = Arc::new(Mutex::new(w));
-        let t1 = thread::spawn(move || unlocked_owner(lp));
+        let t1 = thread::spawn(move || unlocked_owner(table, lp, a));
         let w2 = w.clone();
-        let t2 = thread::spawn(move || locked_owner(&w2, lp));
+        let t2 = thread::spawn(move || locked_owner(&w2, lp, a, b));
         t1.join().unwrap();
         t2.join().unwrap();
         let w = w.lock().unwrap();
         w.check_consistency()
             .expect("a live count differs from the entries it counts");
         assert_eq!(w.translate(va(C)).map(|t| t.frame), Some(frame(C)));
-        assert_eq!(w.translate(va(A)), None);
-        assert_eq!(w.translate(va(B)), None);
-        assert_eq!(w.tables_in_use(), tables, "a table was freed or added");
-        assert_eq!(Tiny::LEVELS, 4);
+        assert_eq!(w.translate(va(a)), None);
+        assert_eq!(w.translate(va(b)), None);
+        assert_eq!(
+            w.tables_in_use(),
+            tables,
+            "a table was freed or added twice"
+        );
     });
 }

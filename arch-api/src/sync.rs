@@ -115,6 +115,34 @@ impl<R: RawMutex, T> DerefMut for MutexGuard<'_, R, T> {
     }
 }
 
+/// The switch behind a crate's deliberately broken variants, which its loom
+/// models must catch (only under `--cfg loom`). A crate keeps one in a
+/// static beside its variant numbers (`0` = all correct); a test binary
+/// selects one variant at run time, and each broken model lives in its own
+/// `tests/loom_*_broken.rs` so the switch never reaches the correct models.
+/// Loom runs model threads on one OS thread, so a plain atomic is enough.
+#[cfg(loom)]
+#[derive(Debug, Default)]
+pub struct MutationSwitch(core::sync::atomic::AtomicU8);
+
+#[cfg(loom)]
+impl MutationSwitch {
+    /// All correct.
+    pub const fn new() -> Self {
+        Self(core::sync::atomic::AtomicU8::new(0))
+    }
+
+    /// Selects the broken variant `m` (tests only).
+    pub fn set(&self, m: u8) {
+        self.0.store(m, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether variant `m` is selected.
+    pub fn active(&self, m: u8) -> bool {
+        self.0.load(core::sync::atomic::Ordering::Relaxed) == m
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! the correct behaviour and compiles to nothing extra.
 
 #[cfg(loom)]
-use crate::loom_mutation::{self as m, active};
+use crate::loom_mutation::{self as m, MUTATION};
 
 /// First tid of CPU `cpu`: the CPU number.
 #[inline(always)]
@@ -15,7 +15,7 @@ pub(crate) fn initial_tid(cpu: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn next_tid(tid: u64, step: u64) -> u64 {
     #[cfg(loom)]
-    if active(m::TID_NOT_BUMPED) {
+    if MUTATION.active(m::TID_NOT_BUMPED) {
         return tid;
     }
     tid.wrapping_add(step)
@@ -25,7 +25,7 @@ pub(crate) fn next_tid(tid: u64, step: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn end_token_mutation(next: u64) -> u64 {
     #[cfg(loom)]
-    if active(m::NO_END_TOKEN) && crate::freelist::is_token(next) {
+    if MUTATION.active(m::NO_END_TOKEN) && crate::freelist::is_token(next) {
         return crate::freelist::NO_SLAB;
     }
     next
@@ -35,7 +35,7 @@ pub(crate) fn end_token_mutation(next: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn deactivate_blind_store() -> bool {
     #[cfg(loom)]
-    if active(m::DEACTIVATE_BLIND_STORE) {
+    if MUTATION.active(m::DEACTIVATE_BLIND_STORE) {
         return true;
     }
     false
@@ -45,7 +45,7 @@ pub(crate) fn deactivate_blind_store() -> bool {
 #[inline(always)]
 pub(crate) fn barn_two_phase() -> bool {
     #[cfg(loom)]
-    if active(m::BARN_TWO_PHASE) {
+    if MUTATION.active(m::BARN_TWO_PHASE) {
         return true;
     }
     false

@@ -1,10 +1,7 @@
-//! The deliberately broken variants the loom models must catch (only under
-//! `--cfg loom`). A test binary selects one at run time; each broken model
-//! lives in its own `tests/loom_*_broken.rs` so the switch never reaches the
-//! correct models. Loom runs model threads on one OS thread, so a plain std
-//! static is enough.
+//! The deliberately broken variants this crate's loom models must catch
+//! (only under `--cfg loom`; the mechanism is [`MutationSwitch`]).
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use arch_api::sync::MutationSwitch;
 
 /// All correct.
 pub const NONE: u8 = 0;
@@ -21,14 +18,6 @@ pub const DEACTIVATE_BLIND_STORE: u8 = 3;
 /// section, so two CPUs can take the same sheaf.
 pub const BARN_TWO_PHASE: u8 = 4;
 
-static MUTATION: AtomicU8 = AtomicU8::new(NONE);
-
-/// Selects the broken variant (tests only).
-pub fn set(m: u8) {
-    MUTATION.store(m, Ordering::Relaxed);
-}
-
-/// Whether variant `m` is selected.
-pub fn active(m: u8) -> bool {
-    MUTATION.load(Ordering::Relaxed) == m
-}
+/// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
+/// where the variant is applied.
+pub static MUTATION: MutationSwitch = MutationSwitch::new();

@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "object handed out twice")]
 fn barn_two_phase_hands_out_a_sheaf_twice() {
-    slub_core::loom_mutation::set(slub_core::loom_mutation::BARN_TWO_PHASE);
+    slub_core::loom_mutation::MUTATION.set(slub_core::loom_mutation::BARN_TWO_PHASE);
     loom_common::models::barn_exchange();
 }

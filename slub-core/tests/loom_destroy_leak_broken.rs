@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "destroy must find every object free")]
 fn lost_slab_without_end_token() {
-    slub_core::loom_mutation::set(slub_core::loom_mutation::NO_END_TOKEN);
+    slub_core::loom_mutation::MUTATION.set(slub_core::loom_mutation::NO_END_TOKEN);
     loom_common::models::destroy_leak();
 }

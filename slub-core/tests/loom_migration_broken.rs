@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "object handed out twice")]
 fn migration_fails_when_tid_is_not_bumped() {
-    slub_core::loom_mutation::set(slub_core::loom_mutation::TID_NOT_BUMPED);
+    slub_core::loom_mutation::MUTATION.set(slub_core::loom_mutation::TID_NOT_BUMPED);
     loom_common::models::migration();
 }

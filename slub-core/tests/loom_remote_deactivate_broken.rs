@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "destroy must find every object free")]
 fn remote_free_lost_by_blind_deactivate() {
-    slub_core::loom_mutation::set(slub_core::loom_mutation::DEACTIVATE_BLIND_STORE);
+    slub_core::loom_mutation::MUTATION.set(slub_core::loom_mutation::DEACTIVATE_BLIND_STORE);
     loom_common::models::remote_vs_deactivate();
 }

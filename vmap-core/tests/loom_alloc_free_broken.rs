@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic]
 fn alloc_races_remote_free_catches_broken_variant() {
-    vmap_core::loom_mutation::set(vmap_core::loom_mutation::FREE_BY_HASH);
+    vmap_core::loom_mutation::MUTATION.set(vmap_core::loom_mutation::FREE_BY_HASH);
     loom_common::alloc_races_remote_free();
 }

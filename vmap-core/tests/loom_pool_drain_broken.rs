@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic]
 fn free_races_pool_drain_catches_broken_variant() {
-    vmap_core::loom_mutation::set(vmap_core::loom_mutation::DRAIN_TWO_PHASE);
+    vmap_core::loom_mutation::MUTATION.set(vmap_core::loom_mutation::DRAIN_TWO_PHASE);
     loom_common::free_races_pool_drain();
 }

@@ -8,6 +8,6 @@ mod loom_common;
 #[test]
 #[should_panic]
 fn steal_races_owner_alloc_catches_broken_variant() {
-    vmap_core::loom_mutation::set(vmap_core::loom_mutation::STEAL_UNCHECKED);
+    vmap_core::loom_mutation::MUTATION.set(vmap_core::loom_mutation::STEAL_UNCHECKED);
     loom_common::steal_races_owner_alloc();
 }

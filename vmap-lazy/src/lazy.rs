@@ -95,7 +95,7 @@ impl<R: RawMutex> LazyAccount<R> {
     pub fn add(&self, node: usize, r: LazyRange) {
         let list = &self.lists[node % self.lists.len()];
         #[cfg(loom)]
-        if crate::loom_mutation::active(crate::loom_mutation::PUBLISH_BEFORE_COUNT) {
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PUBLISH_BEFORE_COUNT) {
             // Mutation: the 2.6.34 order (mark lazy / publish, then add).
             list.lock().push(r);
             self.nr.fetch_add(r.pages, Ordering::AcqRel);

@@ -12,6 +12,6 @@ mod loom_common;
 #[test]
 #[should_panic]
 fn vfree_races_purge_catches_publish_before_count() {
-    vmap_lazy::loom_mutation::set(vmap_lazy::loom_mutation::PUBLISH_BEFORE_COUNT);
+    vmap_lazy::loom_mutation::MUTATION.set(vmap_lazy::loom_mutation::PUBLISH_BEFORE_COUNT);
     loom_common::vfree_races_purge();
 }

@@ -275,7 +275,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         #[cfg(not(loom))]
         let link_first = false;
         #[cfg(loom)]
-        let link_first = crate::loom_mutation::active(crate::loom_mutation::LINK_BEFORE_COUNT);
+        let link_first =
+            crate::loom_mutation::MUTATION.active(crate::loom_mutation::LINK_BEFORE_COUNT);
         if link_first {
             // Broken variant (loom_leaf_path_link_broken): the table is
             // reachable before its count is set, so a `LeafPath` that adds

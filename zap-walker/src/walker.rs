@@ -384,7 +384,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         // an unlocked map or zap of another page of the same table between
         // the load and the store is lost from the count.
         #[cfg(loom)]
-        if crate::loom_mutation::active(crate::loom_mutation::PLAIN_LOCKED_DELTA) {
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PLAIN_LOCKED_DELTA) {
             return false;
         }
         self.tables_pinned

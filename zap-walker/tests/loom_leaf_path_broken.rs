@@ -10,6 +10,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "live count differs")]
 fn plain_locked_delta_loses_an_unlocked_update() {
-    zap_walker::loom_mutation::set(zap_walker::loom_mutation::PLAIN_LOCKED_DELTA);
+    zap_walker::loom_mutation::MUTATION.set(zap_walker::loom_mutation::PLAIN_LOCKED_DELTA);
     loom_common::leaf_path_beside_locked_walker(loom_common::Table::Existing);
 }

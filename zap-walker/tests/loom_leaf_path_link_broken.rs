@@ -10,6 +10,6 @@ mod loom_common;
 #[test]
 #[should_panic(expected = "live count differs")]
 fn linking_before_the_count_loses_an_unlocked_update() {
-    zap_walker::loom_mutation::set(zap_walker::loom_mutation::LINK_BEFORE_COUNT);
+    zap_walker::loom_mutation::MUTATION.set(zap_walker::loom_mutation::LINK_BEFORE_COUNT);
     loom_common::leaf_path_beside_locked_walker(loom_common::Table::New);
 }

@@ -5,10 +5,7 @@
 //!
 //! Entries are `u64` words in table pages reached through
 //! [`PhysMap::phys_to_ptr`], and they are read and written as `AtomicU64`, not
-//! through volatile accesses. The atomic type comes from the
-//! [`arch_api::sync`] shim: under `--cfg loom` it is loom's, and table memory
-//! must then be loom atomics (see `tests/loom_common`), so one source is
-//! both the shipped code and the model. The MMU walks them concurrently with us and may
+//! through volatile accesses. The MMU walks them concurrently with us and may
 //! set accessed/dirty bits in a live entry; an atomic access is a single,
 //! untorn 64-bit load or store that the compiler may neither split, merge nor
 //! elide (on x86_64 and aarch64 a relaxed or acquire load is a plain `mov` /
@@ -19,6 +16,11 @@
 //! software walk is a data race. A table pointer is published with a release
 //! store after the table was zeroed, and read with an acquire load, so a
 //! concurrent software walker never sees the old contents of a recycled page.
+//!
+//! The atomic type comes from the [`arch_api::sync`] shim: under `--cfg
+//! loom` it is loom's, and table memory must then be loom atomics (see
+//! `tests/loom_common`), so one source is both the shipped code and the
+//! model.
 //!
 //! # Live counts (the shadow)
 //!

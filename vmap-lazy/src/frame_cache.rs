@@ -15,8 +15,8 @@
 //! the purge the retry runs first.
 //!
 //! Frames enter and leave a cache outside the page-table lock, so they go
-//! back to the source with [`VmallocMem::free_owned`]-style frees that ignore
-//! a concurrent `vunmap`'s keep-frees mode.
+//! back to the source with [`VmallocMem::free_many_owned`], which ignores a
+//! concurrent `vunmap`'s keep-frees mode.
 
 use crate::backing::VmallocMem;
 use arch_api::sync::{Mutex, RawMutex};

@@ -64,17 +64,6 @@ where
         })
     }
 
-    /// Unwinds a failed `map_new`. Not through `FrameSource::free`: a frame
-    /// shortage is found before the page-table lock is taken, so a `vunmap`
-    /// on another CPU may have the adapter keeping frees meanwhile, and
-    /// these frames would be dropped for good.
-    fn free_frames(&self, frames: &[PhysAddr]) {
-        for f in frames {
-            // The frames were just allocated from this source at this size.
-            let _ = self.mem.free_owned(*f, L::PAGE_SIZE);
-        }
-    }
-
     /// Takes `pages` frames and maps them at `va` (`PAGE_KERNEL`). On error
     /// every frame taken is returned and nothing is mapped.
     pub(crate) fn map_new(&self, va: VirtAddr, pages: u64) -> Result<(), VmallocError> {
@@ -95,30 +84,39 @@ where
         self.mem
             .alloc_many(L::PAGE_SIZE, L::PAGE_SIZE, frames)
             .map_err(VmallocError::OutOfFrames)?;
-        let frames = &*frames;
-        #[cfg(feature = "debug")]
-        self.poison_frames(frames, 0xa5);
-        if let Err(e) = self.map_fresh(va, frames) {
-            self.free_frames(frames);
-            return Err(VmallocError::Map(e));
-        }
-        Ok(())
+        // Not back through `FrameSource::free`: the frames were taken
+        // before the page-table lock, so a `vunmap` on another CPU may have
+        // the adapter keeping frees meanwhile, and they would be dropped.
+        self.map_fresh(va, frames, |f| self.mem.free_many_owned(f, L::PAGE_SIZE))
     }
 
-    /// Maps `frames` at `va`, a fresh vmalloc area (one owner): through
-    /// the leaf path, without the lock, when its last-level table exists;
-    /// otherwise the locked walk populates what is missing.
-    fn map_fresh(&self, va: VirtAddr, frames: &[PhysAddr]) -> Result<(), WalkError> {
+    /// Maps the frames just taken for a fresh vmalloc area (one owner) at
+    /// `va` (`PAGE_KERNEL`): through the leaf path, without the lock, when
+    /// its last-level table exists; otherwise the locked walk populates
+    /// what is missing. On error nothing is mapped and the frames go to
+    /// `give_back`.
+    fn map_fresh(
+        &self,
+        va: VirtAddr,
+        frames: &[PhysAddr],
+        give_back: impl FnOnce(&[PhysAddr]),
+    ) -> Result<(), VmallocError> {
+        #[cfg(feature = "debug")]
+        self.poison_frames(frames, 0xa5);
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
         let unlocked = match &self.leaf {
             Some(lp) => lp.map(va, frames, flags),
             None => Ok(false),
         };
-        match unlocked {
-            Ok(true) => Ok(()),
+        let r = match unlocked {
+            Ok(true) => return Ok(()),
             Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
             Err(e) => Err(e),
-        }
+        };
+        r.map_err(|e| {
+            give_back(frames);
+            VmallocError::Map(e)
+        })
     }
 
     /// [`map_new`](Self::map_new) with the frames from `cache` (see
@@ -138,14 +136,7 @@ where
         cache
             .take(self.mem, L::PAGE_SIZE, frames)
             .map_err(VmallocError::OutOfFrames)?;
-        let frames = &*frames;
-        #[cfg(feature = "debug")]
-        self.poison_frames(frames, 0xa5);
-        if let Err(e) = self.map_fresh(va, frames) {
-            cache.put(self.mem, L::PAGE_SIZE, frames);
-            return Err(VmallocError::Map(e));
-        }
-        Ok(())
+        self.map_fresh(va, frames, |f| cache.put(self.mem, L::PAGE_SIZE, f))
     }
 
     /// Maps the caller's `frames` at `va`; on error nothing is mapped.
@@ -186,10 +177,10 @@ where
             // through `write_byte` translate under it, so none can reach a
             // frame once its entry is clear), and the frames go back once
             // the lock is dropped. No budget, no gather: nothing to break.
-            let mut stack = [PhysAddr::new(0); STACK_FRAMES];
-            if let Some(n) = self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
+            let mut frames = [PhysAddr::new(0); STACK_FRAMES];
+            if let Some(n) = self.zap_leaves(start, end, &mut frames) {
                 drop(pt);
-                self.mem.free_many_owned(&stack[..n], L::PAGE_SIZE);
+                self.mem.free_many_owned(&frames[..n], L::PAGE_SIZE);
                 return Ok(());
             }
         }
@@ -213,14 +204,26 @@ where
         start: VirtAddr,
         end: VirtAddr,
     ) -> Result<(), VmallocError> {
-        let mut stack = [PhysAddr::new(0); STACK_FRAMES];
-        match self.leaf.and_then(|lp| lp.zap(start, end, &mut stack)) {
+        let mut frames = [PhysAddr::new(0); STACK_FRAMES];
+        match self.zap_leaves(start, end, &mut frames) {
             Some(n) => {
-                cache.put(self.mem, L::PAGE_SIZE, &stack[..n]);
+                cache.put(self.mem, L::PAGE_SIZE, &frames[..n]);
                 Ok(())
             }
             None => self.unmap_noflush(start, end, false),
         }
+    }
+
+    /// Clears the small area `[start, end)` through the leaf path, listing
+    /// the frames it mapped in `frames`: how many, or `None` when the path
+    /// declines (nothing changed).
+    fn zap_leaves(
+        &self,
+        start: VirtAddr,
+        end: VirtAddr,
+        frames: &mut [PhysAddr; STACK_FRAMES],
+    ) -> Option<usize> {
+        self.leaf?.zap(start, end, frames)
     }
 
     /// Returns the frames `cache` holds to the frame source.

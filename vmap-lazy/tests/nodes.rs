@@ -20,6 +20,17 @@ impl PurgePolicy for Small {
     }
 }
 
+/// Sharded nodes over 4 GiB at `VSTART`, one per CPU.
+fn sharded() -> ShardedVmap<arch_api::sync::DefaultRawMutex, NodeLazy> {
+    ShardedVmap::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + (1 << 32)),
+        PAGE,
+        CPUS,
+    )
+    .unwrap()
+}
+
 fn hammer<N: VmapNodes<Lazy = NodeLazy>>(make: impl FnOnce() -> N) {
     let arena = arena(16 << 20);
     let mem = VmallocMem::new(&arena);
@@ -72,15 +83,7 @@ fn hammer<N: VmapNodes<Lazy = NodeLazy>>(make: impl FnOnce() -> N) {
     ignore = "threads x 300 allocations: too slow under miri; covered natively"
 )]
 fn sharded_nodes_lazy_free_and_purge_under_threads() {
-    hammer(|| {
-        ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
-            VirtAddr::new(VSTART),
-            VirtAddr::new(VSTART + (1 << 32)),
-            PAGE,
-            CPUS,
-        )
-        .unwrap()
-    });
+    hammer(sharded);
 }
 
 #[test]
@@ -121,13 +124,7 @@ fn lazy_count_is_exact_and_the_trigger_lags_by_under_a_batch_per_node() {
     let arena = arena(16 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
-    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
-        VirtAddr::new(VSTART),
-        VirtAddr::new(VSTART + (1 << 32)),
-        PAGE,
-        CPUS,
-    )
-    .unwrap();
+    let nodes = sharded();
     let watch = Watch::default();
     let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, &Watch> =
         NodeVmalloc::new(&mem, nodes, tlb.on(0), &watch, vmap_lazy::NoCheck, 4).unwrap();
@@ -160,13 +157,7 @@ fn one_purge_covers_every_nodes_lazy_list() {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
-    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
-        VirtAddr::new(VSTART),
-        VirtAddr::new(VSTART + (1 << 32)),
-        PAGE,
-        CPUS,
-    )
-    .unwrap();
+    let nodes = sharded();
     let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
         NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 4).unwrap();
     let areas: Vec<_> = (0..CPUS)
@@ -198,13 +189,7 @@ fn vm_map_ram_and_vmap_on_sharded_nodes() {
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let checker = StaleTlbChecker::new(&tlb);
-    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
-        VirtAddr::new(VSTART),
-        VirtAddr::new(VSTART + (1 << 32)),
-        PAGE,
-        CPUS,
-    )
-    .unwrap();
+    let nodes = sharded();
     let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages, &StaleTlbChecker<'_>> =
         NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, &checker, CPUS as u32).unwrap();
     let frames: Vec<_> = (0..VMAP_MAX_ALLOC + 1)
@@ -261,13 +246,7 @@ fn frame_caches_refill_reuse_and_drain_on_purge() {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
-    let nodes = ShardedVmap::<arch_api::sync::DefaultRawMutex, NodeLazy>::new(
-        VirtAddr::new(VSTART),
-        VirtAddr::new(VSTART + (1 << 32)),
-        PAGE,
-        CPUS,
-    )
-    .unwrap();
+    let nodes = sharded();
     let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
         NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 4).unwrap();
     let mut most = 0;

@@ -49,8 +49,9 @@ use core::marker::PhantomData;
 /// tables (see the module docs). `Copy`; made by [`Walker::leaf_path`].
 pub struct LeafPath<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     mem: &'m M,
+    /// The roots translating the low and the high half (the same one
+    /// unless the halves alias, see `walker.rs`).
     roots: [PhysAddr; 2],
-    split_halves: bool,
     _layout: PhantomData<fn() -> L>,
 }
 
@@ -106,12 +107,12 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
         self.free_empty_tables = false;
         self.tables_pinned = true;
-        let mut roots = [PhysAddr::new(0); 2];
-        roots[..self.roots().len()].copy_from_slice(self.roots());
         Some(LeafPath {
             mem: self.mem,
-            roots,
-            split_halves: self.roots().len() == 2,
+            roots: [
+                self.root(VirtAddr::new(0)),
+                self.root(VirtAddr::new(1 << 63)),
+            ],
             _layout: PhantomData,
         })
     }
@@ -119,11 +120,12 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
     fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
-        TableRef::new(
-            self.mem.phys_to_ptr(pa),
-            L::entries(level),
-            level + 1 < L::LEVELS,
-        )
+        TableRef::of::<L>(self.mem.phys_to_ptr(pa), level)
+    }
+
+    /// The root translating `va`.
+    fn root(&self, va: u64) -> PhysAddr {
+        self.roots[(va >> 63) as usize]
     }
 
     /// The last-level table holding `[start, end)` and its parent slot, if
@@ -143,12 +145,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         {
             return None;
         }
-        let half = if self.split_halves {
-            (start >> 63) as usize
-        } else {
-            0
-        };
-        let mut t = self.table(self.roots[half], 0);
+        let mut t = self.table(self.root(start), 0);
         for level in 0..last {
             let idx = L::index(va, level);
             let e = L::Entry::from_raw(t.load(idx));
@@ -171,6 +168,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
     /// with `Ok(false)`, changing nothing, when a table is missing, the
     /// range crosses tables or a page of it is already mapped (the locked
     /// [`Walker::map_range`] then does the work or reports the error).
+    #[inline]
     pub fn map(
         &self,
         va: VirtAddr,
@@ -214,6 +212,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
     /// `Some(listed)`. The frames are the caller's now; no TLB is flushed.
     /// Declines with `None`, changing nothing, when a table is missing, the
     /// range crosses tables or `out` is shorter than the range's pages.
+    #[inline]
     pub fn zap(&self, start: VirtAddr, end: VirtAddr, out: &mut [PhysAddr]) -> Option<usize> {
         let (s, e) = (start.as_u64(), end.as_u64());
         let (parent, leaves, slot) = self.leaf_table(s, e)?;
@@ -244,11 +243,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         if !L::is_canonical(va) {
             return None;
         }
-        let half = if self.split_halves {
-            (va.as_u64() >> 63) as usize
-        } else {
-            0
-        };
-        translate_from::<L>(self.roots[half], va, |pa, level| self.table(pa, level))
+        translate_from::<L>(self.root(va.as_u64()), va, |pa, level| {
+            self.table(pa, level)
+        })
     }
 }

@@ -277,15 +277,15 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         #[cfg(loom)]
         let link_first =
             crate::loom_mutation::MUTATION.active(crate::loom_mutation::LINK_BEFORE_COUNT);
+        // Broken variant (loom_leaf_path_link_broken): the table is
+        // reachable before its count is set, so a `LeafPath` that adds to
+        // the count in between is overwritten.
+        if !link_first {
+            t.set_live(idx, child_live);
+        }
+        t.store(idx, L::Entry::new_table(new[0]).raw());
         if link_first {
-            // Broken variant (loom_leaf_path_link_broken): the table is
-            // reachable before its count is set, so a `LeafPath` that adds
-            // to the count in between is overwritten.
-            t.store(idx, L::Entry::new_table(new[0]).raw());
             t.set_live(idx, child_live);
-        } else {
-            t.set_live(idx, child_live);
-            t.store(idx, L::Entry::new_table(new[0]).raw());
         }
         match parent {
             Some((p, i)) => p.adjust_live(i, 1, self.counts_shared()),

@@ -20,21 +20,6 @@ pub struct Translation {
     pub size: u64,
 }
 
-impl Translation {
-    /// Where `va` leads through the leaf `e` at `level`.
-    pub(crate) fn of_leaf<L: PageTableLayout>(va: VirtAddr, e: L::Entry, level: usize) -> Self {
-        let size = L::entry_span(level);
-        let frame = e.addr();
-        Translation {
-            phys: PhysAddr::new(frame.as_u64() + (va.as_u64() & (size - 1))),
-            frame,
-            flags: e.map_flags(),
-            level,
-            size,
-        }
-    }
-}
-
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// What `va` translates to, or `None` when nothing maps it (including
     /// non-canonical addresses, which fault on the hardware).
@@ -62,7 +47,17 @@ pub(crate) fn translate_from<L: PageTableLayout>(
             EntryKind::None => return None,
             EntryKind::Table if level + 1 < L::LEVELS => pa = e.addr(),
             EntryKind::Table => return None,
-            EntryKind::Leaf => return Some(Translation::of_leaf::<L>(va, e, level)),
+            EntryKind::Leaf => {
+                let size = L::entry_span(level);
+                let frame = e.addr();
+                return Some(Translation {
+                    phys: PhysAddr::new(frame.as_u64() + (va.as_u64() & (size - 1))),
+                    frame,
+                    flags: e.map_flags(),
+                    level,
+                    size,
+                });
+            }
         }
     }
     None

@@ -84,6 +84,13 @@ impl TableRef {
         }
     }
 
+    /// The table of layout `L` at `level` whose entries start at `entries`
+    /// (a shadow above the last level).
+    #[inline]
+    pub(crate) fn of<L: PageTableLayout>(entries: *mut u8, level: usize) -> Self {
+        Self::new(entries, L::entries(level), level + 1 < L::LEVELS)
+    }
+
     /// Entry `i` as an atomic.
     #[inline]
     fn entry(&self, i: usize) -> &AtomicU64 {
@@ -363,8 +370,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// The table page at `pa` of `level`.
     #[inline]
     pub(crate) fn table(&self, pa: PhysAddr, level: usize) -> TableRef {
-        let entries = self.mem.phys_to_ptr(pa);
-        TableRef::new(entries, L::entries(level), Self::has_shadow(level))
+        TableRef::of::<L>(self.mem.phys_to_ptr(pa), level)
     }
 
     /// Word 0 of the unlinked table page `pa`, which links the page into a

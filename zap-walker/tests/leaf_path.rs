@@ -4,38 +4,15 @@
 //! works beside other CPUs using it and the locked walker on the same
 //! last-level table.
 
+#[macro_use]
 mod common;
 
-use arch_api::{PageTableLayout, PhysAddr, VirtAddr};
-use common::{Tiny, Tracked};
+use arch_api::{PageTableLayout, PhysAddr};
+use common::{Tiny, Tracked, va};
 use std::sync::Mutex;
 use zap_walker::{Frames, Gather, MapFlags, Unbounded, Walker};
 
 const ARENA: u64 = if cfg!(miri) { 16 << 20 } else { 1 << 28 };
-
-fn va(a: u64) -> VirtAddr {
-    VirtAddr::new(a)
-}
-
-macro_rules! on_layouts {
-    ($name:ident, $f:ident) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn tiny() {
-                $f::<Tiny>();
-            }
-            #[test]
-            fn x86_64() {
-                $f::<arch_x86_64::X86_64Pml4>();
-            }
-            #[test]
-            fn aarch64_4k() {
-                $f::<arch_aarch64::Aarch64Granule4K>();
-            }
-        }
-    };
-}
 
 /// The span of one last-level table.
 fn leaf_span<L: PageTableLayout>() -> u64 {
@@ -110,7 +87,7 @@ fn basics<L: PageTableLayout>() {
     drop(w);
     assert_eq!(t.arena.frames_in_use(), 0);
 }
-on_layouts!(basics_on, basics);
+on_every_layout!(basics_on, basics);
 
 /// Two CPUs map and zap their own pages of one last-level table through the
 /// path while a third maps and zaps other pages of it (and of a table it
@@ -173,4 +150,4 @@ fn concurrent<L: PageTableLayout>() {
     assert_eq!(t.arena.frames_in_use(), 0, "every frame and table back");
     assert_eq!(t.violations.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
-on_layouts!(concurrent_on, concurrent);
+on_every_layout!(concurrent_on, concurrent);

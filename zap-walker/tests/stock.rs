@@ -2,48 +2,15 @@
 //! reused without the frame source, the bound holds, the accounting stays
 //! exact, and nothing is left behind by a drain, a lowered bound or a drop.
 
+#[macro_use]
 mod common;
 
-use arch_api::{PageTableLayout, PhysAddr, VirtAddr};
-use common::{Tiny, Tracked};
+use arch_api::{PageTableLayout, PhysAddr};
+use common::{Tiny, Tracked, va};
 use std::sync::atomic::Ordering;
 use zap_walker::{Frames, Gather, MapFlags, WalkError, Walker, WorkBudget};
 
 const ARENA: u64 = if cfg!(miri) { 16 << 20 } else { 1 << 30 };
-
-fn va(a: u64) -> VirtAddr {
-    VirtAddr::new(a)
-}
-
-macro_rules! on_layouts {
-    ($name:ident, $f:ident) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn tiny() {
-                $f::<Tiny>();
-            }
-            #[test]
-            fn x86_64() {
-                $f::<arch_x86_64::X86_64Pml4>();
-            }
-            #[test]
-            fn aarch64_4k() {
-                $f::<arch_aarch64::Aarch64Granule4K>();
-            }
-            #[test]
-            #[cfg_attr(miri, ignore = "large tables: covered natively")]
-            fn aarch64_64k() {
-                $f::<arch_aarch64::Aarch64Granule64K>();
-            }
-            #[test]
-            #[cfg_attr(miri, ignore = "large tables: covered natively")]
-            fn ia64_sim() {
-                $f::<arch_ia64_sim::Ia64Sim>();
-            }
-        }
-    };
-}
 
 /// Maps one page at each of `at`, each its own `map_range`.
 fn map_each<L: PageTableLayout>(w: &mut Walker<'_, L, Tracked>, t: &Tracked, at: &[u64]) {
@@ -136,7 +103,7 @@ fn reuse<L: PageTableLayout>() {
     accounting_exact(&w, &t, 0);
     assert_eq!(t.violations.load(Ordering::Relaxed), 0);
 }
-on_layouts!(stock_reuses_freed_tables, reuse);
+on_every_layout!(stock_reuses_freed_tables, reuse);
 
 /// The bound holds per level; the excess goes back to the source, lowering
 /// the bound returns the surplus at once, and a drop returns the rest.
@@ -176,7 +143,7 @@ fn bound<L: PageTableLayout>() {
     assert_eq!(t.arena.frames_in_use(), 0, "drop returns stock and tables");
     assert_eq!(t.violations.load(Ordering::Relaxed), 0);
 }
-on_layouts!(stock_is_bounded_and_never_leaks, bound);
+on_every_layout!(stock_is_bounded_and_never_leaks, bound);
 
 /// With the source refusing every allocation, maps are served from the
 /// stock alone; the one that finds the stock dry fails cleanly (its reserve
@@ -245,4 +212,4 @@ fn exhaustion<L: PageTableLayout>() {
     assert_eq!(t.arena.frames_in_use(), 0);
     assert_eq!(t.violations.load(Ordering::Relaxed), 0);
 }
-on_layouts!(stock_survives_exhaustion, exhaustion);
+on_every_layout!(stock_survives_exhaustion, exhaustion);

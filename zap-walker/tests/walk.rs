@@ -1,10 +1,11 @@
 //! Targeted tests: errors, boundaries, the lock-break bound, sparse ranges,
 //! table leaks, large leaves, the gather.
 
+#[macro_use]
 mod common;
 
-use arch_api::{PageTableLayout, PhysAddr, VirtAddr};
-use common::{Tiny, Tracked, low_top};
+use arch_api::{PageTableLayout, PhysAddr};
+use common::{Tiny, Tracked, low_top, va};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use zap_walker::{
@@ -13,10 +14,6 @@ use zap_walker::{
 };
 
 const ARENA: u64 = if cfg!(miri) { 16 << 20 } else { 1 << 30 };
-
-fn va(a: u64) -> VirtAddr {
-    VirtAddr::new(a)
-}
 
 fn map_pages<L: PageTableLayout>(
     w: &mut Walker<'_, L, Tracked>,
@@ -29,45 +26,6 @@ fn map_pages<L: PageTableLayout>(
     w.map_range(va(start), Frames::List(&frames), MapFlags::WRITE)
         .unwrap();
     frames
-}
-
-macro_rules! on_every_layout {
-    ($name:ident, $f:ident) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn tiny() {
-                $f::<Tiny>();
-            }
-            #[test]
-            fn x86_64() {
-                $f::<arch_x86_64::X86_64Pml4>();
-            }
-            #[test]
-            fn x86_64_la57() {
-                $f::<arch_x86_64::X86_64La57>();
-            }
-            #[test]
-            fn aarch64_4k() {
-                $f::<arch_aarch64::Aarch64Granule4K>();
-            }
-            #[test]
-            #[cfg_attr(miri, ignore = "large tables: covered natively")]
-            fn aarch64_16k() {
-                $f::<arch_aarch64::Aarch64Granule16K>();
-            }
-            #[test]
-            #[cfg_attr(miri, ignore = "large tables: covered natively")]
-            fn aarch64_64k() {
-                $f::<arch_aarch64::Aarch64Granule64K>();
-            }
-            #[test]
-            #[cfg_attr(miri, ignore = "large tables: covered natively")]
-            fn ia64_sim() {
-                $f::<arch_ia64_sim::Ia64Sim>();
-            }
-        }
-    };
 }
 
 /// Typed errors, and a failed map changes nothing.

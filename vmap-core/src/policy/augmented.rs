@@ -5,7 +5,7 @@
 use super::{BusyTree, FreeAreaCache};
 use crate::error::VmapError;
 use crate::free_tree::FreeTree;
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeIdx, NodeSource, TreeNode};
 use crate::request::Fit;
 
 /// Lowest fit through the augmented free tree.
@@ -65,26 +65,16 @@ impl FreeAreaCache for Augmented {
     }
 
     /// From the tiling list: the tile below `node`, or the one below that
-    /// if it is free (two free blocks never touch).
+    /// if it is free.
     #[inline]
     fn busy_pred<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
-        let p = s.node(node).prev_tile;
-        if p != NIL && s.node(p).free {
-            Some(s.node(p).prev_tile)
-        } else {
-            Some(p)
-        }
+        Some(busy_or_beyond(s, s.node(node).prev_tile, |n| n.prev_tile))
     }
 
-    /// From the tiling list, as [`busy_pred`](Self::busy_pred) downwards.
+    /// From the tiling list, as [`busy_pred`](Self::busy_pred) upwards.
     #[inline]
     fn busy_after<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
-        let q = s.node(node).next_tile;
-        if q != NIL && s.node(q).free {
-            Some(s.node(q).next_tile)
-        } else {
-            Some(q)
-        }
+        Some(busy_or_beyond(s, s.node(node).next_tile, |n| n.next_tile))
     }
 
     fn wants_prev(&self) -> bool {
@@ -143,5 +133,21 @@ impl FreeAreaCache for Augmented {
             return Err("tiling list runs past the end of the space");
         }
         Ok(())
+    }
+}
+
+/// `t`, a tile next to a busy area, if it is busy (or `NIL`); otherwise the
+/// tile beyond it, `beyond(t)`, which is busy (or `NIL`): two free blocks
+/// never touch.
+#[inline]
+fn busy_or_beyond<S: NodeSource>(
+    s: &S,
+    t: NodeIdx,
+    beyond: impl Fn(&TreeNode) -> NodeIdx,
+) -> NodeIdx {
+    if t != NIL && s.node(t).free {
+        beyond(s.node(t))
+    } else {
+        t
     }
 }

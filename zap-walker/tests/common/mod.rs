@@ -305,3 +305,52 @@ pub fn windows<L: PageTableLayout>(pages: u64) -> Vec<(u64, u64)> {
     }
     v
 }
+
+/// The virtual address `a`.
+pub fn va(a: u64) -> VirtAddr {
+    VirtAddr::new(a)
+}
+
+/// `on_every_layout!(name, f)`: a module `name` with one test per layout of
+/// the workspace (and `Tiny`) running `f::<Layout>()`; the test file brings
+/// `Tiny` into scope. Layouts with large tables are left to native runs
+/// under miri.
+#[allow(unused_macros)]
+macro_rules! on_every_layout {
+    ($name:ident, $f:ident) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn tiny() {
+                $f::<Tiny>();
+            }
+            #[test]
+            fn x86_64() {
+                $f::<arch_x86_64::X86_64Pml4>();
+            }
+            #[test]
+            fn x86_64_la57() {
+                $f::<arch_x86_64::X86_64La57>();
+            }
+            #[test]
+            fn aarch64_4k() {
+                $f::<arch_aarch64::Aarch64Granule4K>();
+            }
+            #[test]
+            #[cfg_attr(miri, ignore = "large tables: covered natively")]
+            fn aarch64_16k() {
+                $f::<arch_aarch64::Aarch64Granule16K>();
+            }
+            #[test]
+            #[cfg_attr(miri, ignore = "large tables: covered natively")]
+            fn aarch64_64k() {
+                $f::<arch_aarch64::Aarch64Granule64K>();
+            }
+            #[test]
+            #[cfg_attr(miri, ignore = "large tables: covered natively")]
+            fn ia64_sim() {
+                $f::<arch_ia64_sim::Ia64Sim>();
+            }
+        }
+    };
+}

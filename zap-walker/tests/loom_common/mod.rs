@@ -11,7 +11,7 @@
 //! so loom explores the shipped code's accesses, not a copy of them.
 #![allow(dead_code)]
 
-use crate::common::Tiny;
+use crate::common::{Tiny, va};
 use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::{Arc, Mutex};
@@ -114,10 +114,6 @@ impl Table {
             Table::New => (0x10000, 0x11000),
         }
     }
-}
-
-fn va(a: u64) -> VirtAddr {
-    VirtAddr::new(a)
 }
 
 /// The data frame mapped at page `a` (never dereferenced).

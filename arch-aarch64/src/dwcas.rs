@@ -38,7 +38,7 @@
 //!
 //! # Under miri and loom
 //!
-//! Neither can run inline assembly, so under `cfg(miri)` or `cfg(loom)` both
+//! Neither can run inline assembly, so under `cfg(miri)` or `cfg(kmm_loom)` both
 //! flavours call [`DwCell::locked_compare_exchange`] (under loom, the model of
 //! the hardware instruction); [`Casp::NAME`](arch_api::DwCas::NAME) says so.
 
@@ -49,11 +49,11 @@ use arch_api::{DoubleWord, DwCas, DwCell};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Casp;
 
-#[cfg(any(miri, loom))]
+#[cfg(any(miri, kmm_loom))]
 const NAME: &str = "locked (miri/loom model)";
-#[cfg(all(not(any(miri, loom)), target_feature = "lse"))]
+#[cfg(all(not(any(miri, kmm_loom)), target_feature = "lse"))]
 const NAME: &str = "caspal (LSE)";
-#[cfg(all(not(any(miri, loom)), not(target_feature = "lse")))]
+#[cfg(all(not(any(miri, kmm_loom)), not(target_feature = "lse")))]
 const NAME: &str = "ldaxp/stlxp";
 
 impl DwCas for Casp {
@@ -67,9 +67,9 @@ impl DwCas for Casp {
         current: DoubleWord,
         new: DoubleWord,
     ) -> Result<DoubleWord, DoubleWord> {
-        #[cfg(any(miri, loom))]
+        #[cfg(any(miri, kmm_loom))]
         return cell.locked_compare_exchange(current, new, arch_api::Compare::Both);
-        #[cfg(not(any(miri, loom)))]
+        #[cfg(not(any(miri, kmm_loom)))]
         {
             // SAFETY: `as_ptr` points at the cell's two words, 16-byte aligned
             // (`DwCell` is `repr(C, align(16))`), valid for reads and writes for
@@ -87,9 +87,9 @@ impl DwCas for Casp {
         current: DoubleWord,
         new: DoubleWord,
     ) -> Result<DoubleWord, DoubleWord> {
-        #[cfg(any(miri, loom))]
+        #[cfg(any(miri, kmm_loom))]
         return cell.locked_compare_exchange(current, new, arch_api::Compare::Both);
-        #[cfg(not(any(miri, loom)))]
+        #[cfg(not(any(miri, kmm_loom)))]
         {
             // SAFETY: as in `compare_exchange`: an aligned pointer to the cell's
             // two words, valid for the borrow, only accessed atomically.
@@ -99,14 +99,14 @@ impl DwCas for Casp {
     }
 }
 
-#[cfg(not(any(miri, loom)))]
+#[cfg(not(any(miri, kmm_loom)))]
 #[inline(always)]
 fn result(seen: DoubleWord, current: DoubleWord) -> Result<DoubleWord, DoubleWord> {
     if seen == current { Ok(seen) } else { Err(seen) }
 }
 
 /// `CASPAL` / `CASP` (FEAT_LSE).
-#[cfg(all(not(any(miri, loom)), target_feature = "lse"))]
+#[cfg(all(not(any(miri, kmm_loom)), target_feature = "lse"))]
 mod hw {
     use arch_api::DoubleWord;
     use core::arch::asm;
@@ -169,7 +169,7 @@ mod hw {
 }
 
 /// `LDAXP`/`STLXP` and `LDXP`/`STXP` loops (Armv8.0).
-#[cfg(all(not(any(miri, loom)), not(target_feature = "lse")))]
+#[cfg(all(not(any(miri, kmm_loom)), not(target_feature = "lse")))]
 mod hw {
     use arch_api::DoubleWord;
     use core::arch::asm;
@@ -243,7 +243,7 @@ mod hw {
 }
 
 // Loom's cell only works inside `loom::model`; these are plain tests.
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use arch_api::conformance;
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn compiled_path_matches_target_feature() {
-        let expected = if cfg!(any(miri, loom)) {
+        let expected = if cfg!(any(miri, kmm_loom)) {
             "locked (miri/loom model)"
         } else if cfg!(target_feature = "lse") {
             "caspal (LSE)"

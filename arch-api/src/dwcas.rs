@@ -6,7 +6,7 @@
 //! implement [`DwCas`] with `cmpxchg16b`, `casp` / `ldxp`+`stxp` or a simulated
 //! `cmp8xchg16`; [`LockedDwCas`] is the portable lock-based version.
 //!
-//! Under `cfg(miri)` (no inline asm) and `cfg(loom)` (no 128-bit atomics)
+//! Under `cfg(miri)` (no inline asm) and `cfg(kmm_loom)` (no 128-bit atomics)
 //! every backend routes through [`DwCell::locked_compare_exchange`], which
 //! under loom is a model built from loom primitives, so the checker explores
 //! the interleavings around each CAS and each single-word load.
@@ -49,7 +49,7 @@ pub enum Compare {
 #[repr(C, align(16))]
 pub struct DwCell {
     words: [AtomicU64; 2],
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     lock: loom::sync::Mutex<()>,
 }
 
@@ -64,7 +64,7 @@ impl core::fmt::Debug for DwCell {
 
 impl DwCell {
     /// A cell holding `v`.
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     pub const fn new(v: DoubleWord) -> Self {
         Self {
             words: [AtomicU64::new(v.lo), AtomicU64::new(v.hi)],
@@ -72,7 +72,7 @@ impl DwCell {
     }
 
     /// A cell holding `v`.
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     pub fn new(v: DoubleWord) -> Self {
         Self {
             words: [AtomicU64::new(v.lo), AtomicU64::new(v.hi)],
@@ -103,12 +103,12 @@ impl DwCell {
 
     /// The pair, read through exclusive access.
     pub fn get_mut(&mut self) -> DoubleWord {
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         return DoubleWord {
             lo: *self.words[0].get_mut(),
             hi: *self.words[1].get_mut(),
         };
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         return DoubleWord {
             lo: self.words[0].load(Ordering::Relaxed),
             hi: self.words[1].load(Ordering::Relaxed),
@@ -117,7 +117,7 @@ impl DwCell {
 
     /// The address of the pair, for inline-asm backends. 16-byte aligned by the
     /// type's `repr(align(16))`.
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     #[inline]
     pub fn as_ptr(&self) -> *mut u64 {
         self.words.as_ptr() as *mut u64
@@ -134,9 +134,9 @@ impl DwCell {
         new: DoubleWord,
         compare: Compare,
     ) -> Result<DoubleWord, DoubleWord> {
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         let _guard = self.lock.lock().unwrap();
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         let _guard = stripe_lock(self);
         let observed = DoubleWord {
             lo: self.words[0].load(Ordering::Acquire),
@@ -211,7 +211,7 @@ impl DwCas for LockedDwCas {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(kmm_loom))]
 mod stripes {
     use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -247,10 +247,10 @@ mod stripes {
         StripeGuard(stripe)
     }
 }
-#[cfg(not(loom))]
+#[cfg(not(kmm_loom))]
 use stripes::stripe_lock;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use crate::conformance;

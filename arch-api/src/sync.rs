@@ -3,12 +3,12 @@
 //! Lockless crates import atomics and their mutex from here. Normally that is
 //! `core::sync::atomic` and a [`lock_api`] mutex over whatever raw lock the
 //! embedding OS supplies (`R`, e.g. its IRQ-safe spinlock; [`DefaultRawMutex`]
-//! is `spin`'s). Under `--cfg loom` the same names are loom's, so
+//! is `spin`'s). Under `--cfg kmm_loom` the same names are loom's, so
 //! `loom::model` explores every interleaving of the unchanged code.
 
-#[cfg(not(loom))]
+#[cfg(not(kmm_loom))]
 pub use core::sync::atomic;
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 pub use loom::sync::atomic;
 
 pub use lock_api::RawMutex;
@@ -19,28 +19,28 @@ pub type DefaultRawMutex = spin::mutex::SpinMutex<()>;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 
-/// A mutex over the OS's raw lock `R` (loom's mutex under `cfg(loom)`).
+/// A mutex over the OS's raw lock `R` (loom's mutex under `cfg(kmm_loom)`).
 pub struct Mutex<R: RawMutex, T> {
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     inner: lock_api::Mutex<R, T>,
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     inner: loom::sync::Mutex<T>,
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     _raw: PhantomData<R>,
 }
 
 /// Holds a [`Mutex`] locked; unlocks on drop.
 pub struct MutexGuard<'a, R: RawMutex, T> {
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     inner: lock_api::MutexGuard<'a, R, T>,
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     inner: loom::sync::MutexGuard<'a, T>,
     _raw: PhantomData<&'a R>,
 }
 
 impl<R: RawMutex, T> Mutex<R, T> {
     /// A new unlocked mutex.
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     pub const fn new(value: T) -> Self {
         Self {
             inner: lock_api::Mutex::new(value),
@@ -48,7 +48,7 @@ impl<R: RawMutex, T> Mutex<R, T> {
     }
 
     /// A new unlocked mutex.
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     pub fn new(value: T) -> Self {
         Self {
             inner: loom::sync::Mutex::new(value),
@@ -59,9 +59,9 @@ impl<R: RawMutex, T> Mutex<R, T> {
     /// Locks, spinning or sleeping as `R` does.
     pub fn lock(&self) -> MutexGuard<'_, R, T> {
         MutexGuard {
-            #[cfg(not(loom))]
+            #[cfg(not(kmm_loom))]
             inner: self.inner.lock(),
-            #[cfg(loom)]
+            #[cfg(kmm_loom)]
             inner: self.inner.lock().unwrap(),
             _raw: PhantomData,
         }
@@ -69,9 +69,9 @@ impl<R: RawMutex, T> Mutex<R, T> {
 
     /// Locks if free.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, R, T>> {
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         let inner = self.inner.try_lock()?;
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         let inner = self.inner.try_lock().ok()?;
         Some(MutexGuard {
             inner,
@@ -81,17 +81,17 @@ impl<R: RawMutex, T> Mutex<R, T> {
 
     /// The value, through exclusive access (no locking).
     pub fn get_mut(&mut self) -> &mut T {
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         return self.inner.get_mut();
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         return self.inner.get_mut().unwrap();
     }
 
     /// Consumes the mutex.
     pub fn into_inner(self) -> T {
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         return self.inner.into_inner();
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         return self.inner.into_inner().unwrap();
     }
 }
@@ -116,16 +116,16 @@ impl<R: RawMutex, T> DerefMut for MutexGuard<'_, R, T> {
 }
 
 /// The switch behind a crate's deliberately broken variants, which its loom
-/// models must catch (only under `--cfg loom`). A crate keeps one in a
+/// models must catch (only under `--cfg kmm_loom`). A crate keeps one in a
 /// static beside its variant numbers (`0` = all correct); a test binary
 /// selects one variant at run time, and each broken model lives in its own
 /// `tests/loom_*_broken.rs` so the switch never reaches the correct models.
 /// Loom runs model threads on one OS thread, so a plain atomic is enough.
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 #[derive(Debug, Default)]
 pub struct MutationSwitch(core::sync::atomic::AtomicU8);
 
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 impl MutationSwitch {
     /// All correct.
     pub const fn new() -> Self {
@@ -143,7 +143,7 @@ impl MutationSwitch {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
 

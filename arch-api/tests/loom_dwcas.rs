@@ -1,10 +1,10 @@
 //! loom models of the double-word CAS cell.
 //!
-//! Under `--cfg loom` the cell is built from loom primitives, so these models
+//! Under `--cfg kmm_loom` the cell is built from loom primitives, so these models
 //! explore every interleaving of the single-word loads and the CAS. The last
 //! model is the broken variant: a compare that ignores a word which does not
 //! change on every update loses an update, and loom must find it.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 use arch_api::sync::atomic::Ordering;
 use arch_api::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};

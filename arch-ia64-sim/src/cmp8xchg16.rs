@@ -76,7 +76,7 @@ impl DwCas for Cmp8xchg16 {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use arch_api::{LockedDwCas, conformance};

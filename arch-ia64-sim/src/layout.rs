@@ -115,7 +115,7 @@ impl PageTableLayout for Ia64Sim {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use arch_api::{LayoutInfo, conformance};

@@ -212,7 +212,7 @@ impl TlbFlush for PtcGa<'_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
 

@@ -268,7 +268,7 @@ impl PageTableEntry for Ia64Pte {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use crate::Ia64Sim;

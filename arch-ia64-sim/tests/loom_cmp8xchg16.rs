@@ -1,11 +1,11 @@
 //! loom models of [`Cmp8xchg16`] used as SLUB uses it.
 //!
-//! Under `--cfg loom` the cell is built from loom primitives, so the models
+//! Under `--cfg kmm_loom` the cell is built from loom primitives, so the models
 //! explore every interleaving of the fast path's two single-word loads (tid,
 //! then freelist) and the CAS, going through this backend's `DwCas` impl.
 //! The second model is the documented hazard: with a `hi` word that does not
 //! step, loom must find the lost update.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 use arch_api::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas, DwCell};

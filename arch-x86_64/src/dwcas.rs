@@ -35,7 +35,7 @@
 //! before the pin; `rbx_survives_the_swap` and the conformance tests crash in
 //! `--release` if it comes back).
 //!
-//! Under `cfg(miri)` (no inline asm) and `cfg(loom)` (no real 128-bit atomics
+//! Under `cfg(miri)` (no inline asm) and `cfg(kmm_loom)` (no real 128-bit atomics
 //! in the model) both flavours go through [`DwCell::locked_compare_exchange`].
 
 use arch_api::{DoubleWord, DwCas, DwCell};
@@ -54,7 +54,7 @@ impl DwCas for Cmpxchg16b {
         current: DoubleWord,
         new: DoubleWord,
     ) -> Result<DoubleWord, DoubleWord> {
-        #[cfg(not(any(miri, loom)))]
+        #[cfg(not(any(miri, kmm_loom)))]
         {
             // SAFETY: `as_ptr` points at the cell's two words, 16-byte aligned by
             // `DwCell`'s `repr(align(16))` and valid for the lifetime of `cell`;
@@ -64,7 +64,7 @@ impl DwCas for Cmpxchg16b {
             let seen = unsafe { hw::lock_cmpxchg16b(cell.as_ptr(), current, new) };
             if seen == current { Ok(seen) } else { Err(seen) }
         }
-        #[cfg(any(miri, loom))]
+        #[cfg(any(miri, kmm_loom))]
         {
             cell.locked_compare_exchange(current, new, arch_api::Compare::Both)
         }
@@ -76,7 +76,7 @@ impl DwCas for Cmpxchg16b {
         current: DoubleWord,
         new: DoubleWord,
     ) -> Result<DoubleWord, DoubleWord> {
-        #[cfg(not(any(miri, loom)))]
+        #[cfg(not(any(miri, kmm_loom)))]
         {
             // SAFETY: as for `compare_exchange`: a valid, 16-byte aligned pair of
             // atomic words. Without LOCK the update is not atomic against other
@@ -86,14 +86,14 @@ impl DwCas for Cmpxchg16b {
             let seen = unsafe { hw::cmpxchg16b_local(cell.as_ptr(), current, new) };
             if seen == current { Ok(seen) } else { Err(seen) }
         }
-        #[cfg(any(miri, loom))]
+        #[cfg(any(miri, kmm_loom))]
         {
             cell.locked_compare_exchange(current, new, arch_api::Compare::Both)
         }
     }
 }
 
-#[cfg(not(any(miri, loom)))]
+#[cfg(not(any(miri, kmm_loom)))]
 mod hw {
     use arch_api::DoubleWord;
     use core::arch::asm;

@@ -246,7 +246,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         let seq = CACHE_SEQ.fetch_add(1, Ordering::Relaxed);
         let seed = mix(config.seed ^ mix(cpu_mem.as_ptr() as u64 ^ seq.rotate_left(32)));
-        #[cfg(all(feature = "std", not(loom), not(miri)))]
+        #[cfg(all(feature = "std", not(kmm_loom), not(miri)))]
         let seed = seed
             ^ mix(std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -40,7 +40,7 @@
 #![no_std]
 #![deny(missing_docs)]
 
-#[cfg(any(feature = "std", loom))]
+#[cfg(any(feature = "std", kmm_loom))]
 extern crate std;
 
 mod cache;
@@ -61,7 +61,7 @@ mod slab;
 pub mod stats;
 mod sync;
 
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 #[doc(hidden)]
 pub mod loom_mutation;
 

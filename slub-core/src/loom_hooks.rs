@@ -1,8 +1,8 @@
-//! The few places where a `--cfg loom` test can switch in a deliberately
+//! The few places where a `--cfg kmm_loom` test can switch in a deliberately
 //! broken variant (see [`crate::loom_mutation`]). Outside loom every hook is
 //! the correct behaviour and compiles to nothing extra.
 
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 use crate::loom_mutation::{self as m, MUTATION};
 
 /// First tid of CPU `cpu`: the CPU number.
@@ -14,7 +14,7 @@ pub(crate) fn initial_tid(cpu: u64) -> u64 {
 /// The tid after `tid` on the same CPU.
 #[inline(always)]
 pub(crate) fn next_tid(tid: u64, step: u64) -> u64 {
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     if MUTATION.active(m::TID_NOT_BUMPED) {
         return tid;
     }
@@ -24,7 +24,7 @@ pub(crate) fn next_tid(tid: u64, step: u64) -> u64 {
 /// A next pointer about to become the CPU freelist.
 #[inline(always)]
 pub(crate) fn end_token_mutation(next: u64) -> u64 {
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     if MUTATION.active(m::NO_END_TOKEN) && crate::freelist::is_token(next) {
         return crate::freelist::NO_SLAB;
     }
@@ -34,7 +34,7 @@ pub(crate) fn end_token_mutation(next: u64) -> u64 {
 /// Whether `deactivate` overwrites the slab state blindly.
 #[inline(always)]
 pub(crate) fn deactivate_blind_store() -> bool {
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     if MUTATION.active(m::DEACTIVATE_BLIND_STORE) {
         return true;
     }
@@ -44,7 +44,7 @@ pub(crate) fn deactivate_blind_store() -> bool {
 /// Whether the barn unlinks a full sheaf in a second critical section.
 #[inline(always)]
 pub(crate) fn barn_two_phase() -> bool {
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     if MUTATION.active(m::BARN_TWO_PHASE) {
         return true;
     }

@@ -264,7 +264,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 // there now (loses a remote free that raced in).
                 // (The yield is the time between computing and storing, made
                 // a scheduling point so the model checker interleaves there.)
-                #[cfg(loom)]
+                #[cfg(kmm_loom)]
                 loom::thread::yield_now();
                 st.load()
             } else {

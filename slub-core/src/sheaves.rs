@@ -30,10 +30,10 @@ pub(crate) struct Sheaf {
 /// A sheaf's fill count: plain memory (only its CPU touches it, under the
 /// guard). Under loom it is a relaxed loom atomic so the model checker can
 /// interleave at its reads and writes (a plain load/store, no RMW).
-#[cfg(not(loom))]
+#[cfg(not(kmm_loom))]
 #[repr(transparent)]
 struct SheafSize(usize);
-#[cfg(not(loom))]
+#[cfg(not(kmm_loom))]
 impl SheafSize {
     fn new() -> Self {
         Self(0)
@@ -50,9 +50,9 @@ impl SheafSize {
         self.0 = v;
     }
 }
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 struct SheafSize(loom::sync::atomic::AtomicUsize);
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 impl SheafSize {
     fn new() -> Self {
         Self(loom::sync::atomic::AtomicUsize::new(0))

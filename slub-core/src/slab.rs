@@ -222,7 +222,7 @@ impl Geometry {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
 

@@ -1,6 +1,6 @@
 //! KmemCache behaviour through the public API: allocation, frees from every
 //! path, typed errors, shrink and destroy accounting, hardening.
-#![cfg(not(loom))]
+#![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
 use slub_core::{

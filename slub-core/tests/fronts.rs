@@ -1,6 +1,6 @@
 //! Both fronts, kmalloc classes, the ia64-sim DW-CAS and (with `stats`) the
 //! counters.
-#![cfg(not(loom))]
+#![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
 use arch_ia64_sim::Cmp8xchg16;

@@ -1,6 +1,6 @@
 //! This test binary runs with slub-core's kmalloc as its `#[global_allocator]`
 //! (pages from `std::alloc::System`, which does not recurse into it).
-#![cfg(not(loom))]
+#![cfg(not(kmm_loom))]
 
 use slub_core::{SlubGlobalAlloc, SystemPages, ThreadCpus};
 use std::alloc::{GlobalAlloc, Layout};

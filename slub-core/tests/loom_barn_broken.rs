@@ -1,7 +1,7 @@
 //! Model (4) on the broken variant `BARN_TWO_PHASE`: the barn unlinks a
 //! full sheaf in a second critical section, so two CPUs take the same sheaf
 //! and hand out its object twice.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 mod loom_common;
 

@@ -1,7 +1,7 @@
 //! Model (3) on the broken variant `NO_END_TOKEN`: an exhausted CPU freelist
 //! forgets its slab (no end token), the slab stays frozen and unreachable,
 //! and destroy cannot return it: the 2014 leak.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 mod loom_common;
 

@@ -1,7 +1,7 @@
 //! Model (1) on the broken variant `TID_NOT_BUMPED`: with the tid not stepped,
 //! a CAS whose window saw another task allocate on the same slot still
 //! matches (the compare looks at the tid only) and hands that object out again.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 mod loom_common;
 

@@ -1,5 +1,5 @@
 //! loom model: see `loom_common::models::remote_vs_deactivate`.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 mod loom_common;
 

@@ -1,7 +1,7 @@
 //! Model (2) on the broken variant `DEACTIVATE_BLIND_STORE`: deactivation
 //! stores the unfrozen state over a remote free that raced in; the object is
 //! lost, so destroy finds a live object that nobody holds.
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 
 mod loom_common;
 

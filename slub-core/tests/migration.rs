@@ -1,7 +1,7 @@
 //! The migrating-task backend: tasks preempted and migrated between reading
 //! the tid and the CAS. Every such migration must either succeed correctly
 //! or retry; never hand out an object twice or lose one.
-#![cfg(not(loom))]
+#![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
 use arch_ia64_sim::Cmp8xchg16;

@@ -2,7 +2,7 @@
 //! `cargo run --release -p slub-core --example stress`): threads allocate,
 //! hand objects to each other, free them remotely; destroy must return
 //! every page.
-#![cfg(not(loom))]
+#![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
 use slub_core::{ArenaPages, CacheFlags, KmemCache, ThreadCpus};

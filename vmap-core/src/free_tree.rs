@@ -269,7 +269,7 @@ impl FreeTree {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use crate::node::FixedPool;

@@ -36,7 +36,7 @@ mod tree;
 #[cfg(feature = "alloc")]
 pub mod sharded;
 
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 #[doc(hidden)]
 pub mod loom_mutation;
 

@@ -257,7 +257,7 @@ impl NodeSource for VecSource {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
 

@@ -516,7 +516,7 @@ impl<A: Augment> Tree<A> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use crate::node::{FixedPool, NodeSource};

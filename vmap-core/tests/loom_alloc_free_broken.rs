@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The model of `loom_alloc_free` against the deliberately broken variant
 //! `vmap_core::loom_mutation::FREE_BY_HASH` (described where it is applied, in
 //! `src/sharded/front.rs`). The model must fail.

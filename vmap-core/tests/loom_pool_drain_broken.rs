@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The model of `loom_pool_drain` against the deliberately broken variant
 //! `vmap_core::loom_mutation::DRAIN_TWO_PHASE` (described where it is applied, in
 //! `src/sharded/front.rs`). The model must fail.

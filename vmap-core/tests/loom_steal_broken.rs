@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The model of `loom_steal` against the deliberately broken variant
 //! `vmap_core::loom_mutation::STEAL_UNCHECKED` (described where it is applied, in
 //! `src/sharded/front.rs`). The model must fail.

@@ -131,7 +131,7 @@ impl AreaTable {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use crate::area::{AreaKind, AreaState};

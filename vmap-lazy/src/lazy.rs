@@ -94,7 +94,7 @@ impl<R: RawMutex> LazyAccount<R> {
     /// number of lists): count, then publish.
     pub fn add(&self, node: usize, r: LazyRange) {
         let list = &self.lists[node % self.lists.len()];
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PUBLISH_BEFORE_COUNT) {
             // Mutation: the 2.6.34 order (mark lazy / publish, then add).
             list.lock().push(r);
@@ -153,7 +153,7 @@ impl<R: RawMutex> LazyAccount<R> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
     use arch_api::sync::DefaultRawMutex;

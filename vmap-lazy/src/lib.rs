@@ -55,7 +55,7 @@ mod vmalloc;
 #[cfg(feature = "alloc")]
 mod vmap_block;
 
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 #[doc(hidden)]
 pub mod loom_mutation;
 

@@ -1,5 +1,5 @@
 //! The deliberately broken variants this crate's loom models must catch
-//! (only under `--cfg loom`; the mechanism is [`MutationSwitch`]).
+//! (only under `--cfg kmm_loom`; the mechanism is [`MutationSwitch`]).
 
 use arch_api::sync::MutationSwitch;
 

@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! vfree racing purge with the shipped ordering (count, then publish): the
 //! counter never underflows and no lazy page is forgotten or counted twice.
 

@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The same model against the deliberately broken ordering
 //! `vmap_lazy::loom_mutation::PUBLISH_BEFORE_COUNT` (applied in
 //! `src/lazy.rs`, `LazyAccount::add`): the area is published on the lazy list

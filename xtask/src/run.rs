@@ -256,10 +256,10 @@ mod tests {
     fn display_quotes_only_what_needs_it() {
         let cmd = Cmd::new("cargo")
             .args(["test", "--features", "a/stats,b/stats"])
-            .env("RUSTFLAGS", "--cfg loom");
+            .env("RUSTFLAGS", "--cfg kmm_loom");
         assert_eq!(
             cmd.display(),
-            "RUSTFLAGS=\"--cfg loom\" cargo test --features a/stats,b/stats"
+            "RUSTFLAGS=\"--cfg kmm_loom\" cargo test --features a/stats,b/stats"
         );
     }
 

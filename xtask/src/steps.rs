@@ -408,7 +408,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     for (krate, test) in loom {
         let cmd = Cmd::new("cargo")
             .args(["test", "--release", "-p", &krate, "--test", &test])
-            .env("RUSTFLAGS", "--cfg loom")
+            .env("RUSTFLAGS", "--cfg kmm_loom")
             .env("LOOM_MAX_PREEMPTIONS", LOOM_MAX_PREEMPTIONS)
             .env("CARGO_TARGET_DIR", "target/xtask/loom");
         let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Cmd(cmd));

@@ -38,7 +38,7 @@ pub mod budget;
 mod errors;
 mod gather;
 mod leaf_path;
-#[cfg(loom)]
+#[cfg(kmm_loom)]
 pub mod loom_mutation;
 mod map;
 mod stats;

@@ -272,9 +272,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         // Link: the release store publishes the zeroed, filled subtree,
         // its count first (a `LeafPath` may add to it once it is linked).
         let idx = L::index(va, level);
-        #[cfg(not(loom))]
+        #[cfg(not(kmm_loom))]
         let link_first = false;
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         let link_first =
             crate::loom_mutation::MUTATION.active(crate::loom_mutation::LINK_BEFORE_COUNT);
         // Broken variant (loom_leaf_path_link_broken): the table is

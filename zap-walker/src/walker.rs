@@ -376,7 +376,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// Word 0 of the unlinked table page `pa`, which links the page into a
     /// list (the stock, a map's reserve) while no walk can reach it. It is
     /// accessed as an atomic like every table word, so the page's memory is
-    /// only ever seen one way (and is loom's under `cfg(loom)`).
+    /// only ever seen one way (and is loom's under `cfg(kmm_loom)`).
     #[inline]
     pub(crate) fn link_word(&self, pa: PhysAddr) -> TableRef {
         TableRef::new(self.mem.phys_to_ptr(pa), 1, false)
@@ -391,7 +391,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         // its plain load-and-store delta although a `LeafPath` exists, so
         // an unlocked map or zap of another page of the same table between
         // the load and the store is lost from the count.
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PLAIN_LOCKED_DELTA) {
             return false;
         }
@@ -421,7 +421,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
     /// Zeroes the `bytes` bytes just allocated at `pa` (frames are not
     /// zeroed by the source).
-    #[cfg(not(loom))]
+    #[cfg(not(kmm_loom))]
     fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
         let p = self.mem.phys_to_ptr(pa);
         // SAFETY: the source just handed out `bytes` bytes at `pa`,
@@ -432,7 +432,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
     /// Zeroes the words just allocated at `pa`. Under loom table memory is
     /// loom atomics, which a byte write would destroy: store each word.
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
         let words = (bytes / 8) as usize;
         let t = TableRef::new(self.mem.phys_to_ptr(pa), words, false);

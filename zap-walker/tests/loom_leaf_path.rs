@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! `LeafPath` beside the locked walker on one last-level table, shipped
 //! code: every live count stays exact and readers see whole entries, in a
 //! table that exists and in one the locked walker links meanwhile.

@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The model of `loom_leaf_path` (existing table) against the deliberately
 //! broken variant `zap_walker::loom_mutation::PLAIN_LOCKED_DELTA` (described
 //! where it is applied, `Walker::counts_shared` in `src/walker.rs`). The

@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(kmm_loom)]
 //! The model of `loom_leaf_path` (new table) against the deliberately broken
 //! variant `zap_walker::loom_mutation::LINK_BEFORE_COUNT` (described where
 //! it is applied, `Walker::map_in_leaf_table` in `src/map.rs`). The model

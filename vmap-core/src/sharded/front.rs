@@ -294,7 +294,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
             .iter()
             .position(|s| s.space.is_empty() && self.clip(req, fit, s.index).is_some());
         if let Some(pos) = pos {
-            #[cfg(loom)]
+            #[cfg(kmm_loom)]
             if crate::loom_mutation::MUTATION.active(crate::loom_mutation::STEAL_UNCHECKED) {
                 // Broken variant (loom_steal_broken): the emptiness check is
                 // made under one acquisition of the victim's lock and the
@@ -356,7 +356,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     /// Drains node `node`'s pool.
     pub fn drain_pool(&self, node: usize) {
         let node = node % self.nodes.len();
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         if crate::loom_mutation::MUTATION.active(crate::loom_mutation::DRAIN_TWO_PHASE) {
             // Broken variant (loom_drain_broken): the drain copies the pool
             // under one lock acquisition, releases the copied areas under a
@@ -483,7 +483,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     fn free_area(&self, area: &VmapArea) -> Result<VmapArea, VmapError> {
-        #[cfg(loom)]
+        #[cfg(kmm_loom)]
         if crate::loom_mutation::MUTATION.active(crate::loom_mutation::FREE_BY_HASH) {
             // Broken variant (loom_free_broken): route the free by Linux's
             // address hash (`addr_to_node`: slice number modulo the number

@@ -84,13 +84,13 @@ impl Pool {
 
     /// The first `n` entries in `take_all` order, without removing them
     /// (only the broken drain of the loom model uses it).
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     pub(crate) fn snapshot(&self) -> Vec<PoolEntry> {
         self.classes.iter().flatten().copied().collect()
     }
 
     /// Drops every entry without releasing it (broken drain only).
-    #[cfg(loom)]
+    #[cfg(kmm_loom)]
     pub(crate) fn clear(&mut self) {
         for v in &mut self.classes {
             v.clear();

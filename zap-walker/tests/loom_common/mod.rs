@@ -6,7 +6,7 @@
 //! counts, and a reader on the unlocked path sees a page either absent or
 //! mapped to its own frame, never anything else.
 //!
-//! Table memory is loom atomics here ([`LoomMem`]): under `--cfg loom` the
+//! Table memory is loom atomics here ([`LoomMem`]): under `--cfg kmm_loom` the
 //! walker's table words are loom's `AtomicU64` (the `arch_api::sync` shim),
 //! so loom explores the shipped code's accesses, not a copy of them.
 #![allow(dead_code)]

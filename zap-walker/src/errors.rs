@@ -28,6 +28,12 @@ pub enum WalkError {
         /// Start of the range.
         start: VirtAddr,
     },
+    /// The range leaves the window of an attached walker
+    /// ([`Walker::attach`](crate::Walker::attach)); nothing was changed.
+    OutsideWindow {
+        /// The first address found outside.
+        addr: VirtAddr,
+    },
     /// `map_range` found a present mapping inside the range; nothing was changed.
     AlreadyMapped {
         /// The first mapped address found.
@@ -81,6 +87,9 @@ impl fmt::Display for WalkError {
                 write!(f, "address {addr:#x} is not canonical for this layout")
             }
             WalkError::Wraps { start } => write!(f, "range starting at {start:#x} wraps"),
+            WalkError::OutsideWindow { addr } => {
+                write!(f, "{addr:#x} is outside the walker's window")
+            }
             WalkError::AlreadyMapped { addr } => write!(f, "{addr:#x} is already mapped"),
             WalkError::OutOfTables(e) => write!(f, "cannot allocate a page table: {e}"),
             WalkError::SplitFailed { addr, error } => {

@@ -21,19 +21,22 @@
 //!   writes its entry meanwhile, and a LOCKed compare-exchange or swap per
 //!   page would cost more than the rest of the path. A range found not
 //!   empty after all is rolled back and declined instead of overwritten.
-//! * The live count of a last-level table (its parent's shadow word) is
-//!   changed by atomic deltas, here and in the walker, so both may change
-//!   it at once; a count is raised only after its entries are installed and
-//!   lowered only after they are cleared, so it never counts fewer entries
-//!   of a range than its owner has mapped there.
+//! * Nothing but entries: last-level tables keep no live count once a
+//!   `LeafPath` exists (see `walker.rs`), so the unlocked path touches no
+//!   shared word besides the entries of the pages it owns, and the walker's
+//!   side store is its owner's alone.
+//! * A table is published zeroed: the walker zeroes a new table before the
+//!   release store that links it, and every walk here follows links with
+//!   acquire loads, so a page found empty here is empty, not the residue of
+//!   the page's previous life.
 //!
 //! The loom model `tests/loom_leaf_path.rs` runs this path and the locked
 //! walker on one last-level table at once, in a table that exists and in
-//! one the locked walker links meanwhile, and checks every count after. It
-//! fails on two broken variants: the locked walker changing a shared count
-//! with a plain load and store (`tests/loom_leaf_path_broken.rs`), and
-//! linking a new table before setting its count
-//! (`tests/loom_leaf_path_link_broken.rs`).
+//! one the locked walker links meanwhile (a recycled page with a stale
+//! entry at the unlocked owner's slot), and checks translations, counts and
+//! tables after. It fails on the broken variant that links tables without
+//! release (`tests/loom_leaf_path_broken.rs`): the unlocked owner then reads
+//! the stale entry through the new link.
 //!
 //! The walker's [`WalkStats`](crate::WalkStats) do not count work done here.
 
@@ -52,6 +55,8 @@ pub struct LeafPath<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     /// The roots translating the low and the high half (the same one
     /// unless the halves alias, see `walker.rs`).
     roots: [PhysAddr; 2],
+    /// The walker's window: first and last address.
+    window: [u64; 2],
     _layout: PhantomData<fn() -> L>,
 }
 
@@ -70,6 +75,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> core::fmt::Debug
         f.debug_struct("LeafPath")
             .field("layout", &L::NAME)
             .field("roots", &self.roots)
+            .field("window", &self.window)
             .finish()
     }
 }
@@ -107,12 +113,14 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
         self.free_empty_tables = false;
         self.tables_pinned = true;
+        let (first, last) = self.window();
         Some(LeafPath {
             mem: self.mem,
             roots: [
                 self.root(VirtAddr::new(0)),
                 self.root(VirtAddr::new(1 << 63)),
             ],
+            window: [first.as_u64(), last.as_u64()],
             _layout: PhantomData,
         })
     }
@@ -128,10 +136,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         self.roots[(va >> 63) as usize]
     }
 
-    /// The last-level table holding `[start, end)` and its parent slot, if
-    /// the range is page aligned, canonical, inside one last-level table,
-    /// and every table above it exists.
-    fn leaf_table(&self, start: u64, end: u64) -> Option<(TableRef, TableRef, usize)> {
+    /// The last-level table holding `[start, end)`, if the range is page
+    /// aligned, canonical, inside the walker's window and inside one
+    /// last-level table, and every table above it exists.
+    fn leaf_table(&self, start: u64, end: u64) -> Option<TableRef> {
         let ps = L::PAGE_SIZE;
         let last = L::LEVELS - 1;
         let span = L::entry_span(last - 1);
@@ -140,6 +148,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
             || end % ps != 0
             || end <= start
             || start / span != (end - 1) / span
+            || start < self.window[0]
+            || end - 1 > self.window[1]
             || !L::is_canonical(va)
             || !L::is_canonical(tail)
         {
@@ -147,20 +157,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         }
         let mut t = self.table(self.root(start), 0);
         for level in 0..last {
-            let idx = L::index(va, level);
-            let e = L::Entry::from_raw(t.load(idx));
+            let e = L::Entry::from_raw(t.load(L::index(va, level)));
             match e.kind(level) {
-                EntryKind::Table => {
-                    let child = self.table(e.addr(), level + 1);
-                    if level + 1 == last {
-                        return Some((t, child, idx));
-                    }
-                    t = child;
-                }
+                EntryKind::Table => t = self.table(e.addr(), level + 1),
                 EntryKind::Leaf | EntryKind::None => return None,
             }
         }
-        None
+        Some(t)
     }
 
     /// Maps `frames` (base pages, in order) at `va` with `flags`, if the
@@ -186,7 +189,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         if let Some(&frame) = frames.iter().find(|f| !f.is_aligned(ps)) {
             return Err(WalkError::UnalignedFrame { frame });
         }
-        let Some((parent, leaves, slot)) = self.leaf_table(start, end) else {
+        let Some(leaves) = self.leaf_table(start, end) else {
             return Ok(false);
         };
         let last = L::LEVELS - 1;
@@ -202,7 +205,6 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
                 return Ok(false);
             }
         }
-        parent.adjust_live(slot, frames.len() as u64, true);
         Ok(true)
     }
 
@@ -215,7 +217,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
     #[inline]
     pub fn zap(&self, start: VirtAddr, end: VirtAddr, out: &mut [PhysAddr]) -> Option<usize> {
         let (s, e) = (start.as_u64(), end.as_u64());
-        let (parent, leaves, slot) = self.leaf_table(s, e)?;
+        let leaves = self.leaf_table(s, e)?;
         let ps = L::PAGE_SIZE;
         let pages = ((e - s) / ps) as usize;
         if out.len() < pages {
@@ -223,18 +225,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
         }
         let last = L::LEVELS - 1;
         let first = L::index(start, last);
-        let (mut cleared, mut listed) = (0u64, 0usize);
+        let mut listed = 0;
         for k in 0..pages {
             let old = L::Entry::from_raw(leaves.take(first + k));
-            if old.kind(last) == EntryKind::Leaf {
-                cleared += 1;
-                if !old.map_flags().contains(MapFlags::DEVICE) {
-                    out[listed] = old.addr();
-                    listed += 1;
-                }
+            if old.kind(last) == EntryKind::Leaf && !old.map_flags().contains(MapFlags::DEVICE) {
+                out[listed] = old.addr();
+                listed += 1;
             }
         }
-        parent.adjust_live(slot, cleared.wrapping_neg(), true);
         Some(listed)
     }
 

@@ -25,7 +25,8 @@
 //! `LeafPath` is model-checked with loom (`tests/loom_leaf_path*.rs`): table
 //! words come from the `arch_api::sync` shim, so the model runs this code.
 //!
-//! Start reading at `walker.rs` (tables, shadow counts, the root split), then
+//! Start reading at `walker.rs` (tables, live counts beside them, attaching
+//! to the kernel's table, the root split), then
 //! `zap.rs` (the level function that returns the address it reached), then
 //! `budget/work.rs`.
 #![no_std]
@@ -35,6 +36,7 @@
 extern crate std;
 
 pub mod budget;
+mod counts;
 mod errors;
 mod gather;
 mod leaf_path;
@@ -43,6 +45,7 @@ pub mod loom_mutation;
 mod map;
 mod stats;
 mod stock;
+mod sync;
 mod translate;
 mod walker;
 mod zap;

@@ -9,7 +9,7 @@
 //! visible to the MMU, so no TLB flush is needed to undo it.
 
 use crate::errors::WalkError;
-use crate::walker::{MAX_LEVELS, TableRef, Walker};
+use crate::walker::{MAX_LEVELS, TableRef, UNCOUNTED, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
 };
@@ -151,9 +151,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let root_pa = self.root(va);
         let root = self.table(root_pa, 0);
 
+        // `need[l]`: tables missing at level `l`; `need[0]` (the root is
+        // never missing): tables met that are not counted yet.
         let mut need = [0u64; MAX_LEVELS];
         self.plan(0, Some(root), start, end, &ctx, &mut need)?;
-
         let mut reserve = Reserve::default();
         for (level, &n) in need.iter().enumerate().take(L::LEVELS).skip(1) {
             for _ in 0..n {
@@ -165,6 +166,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     }
                 }
             }
+        }
+        // Room for their counts last: a source that runs dry on the tables
+        // leaves the side store as it was.
+        let counts: u64 = need.iter().take(L::LEVELS).sum();
+        if let Err(e) = self.reserve_counts(counts as usize) {
+            self.reserve_drain(&mut reserve);
+            return Err(WalkError::OutOfTables(e));
         }
 
         let h = self.half(start);
@@ -193,18 +201,16 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let ps = L::PAGE_SIZE;
         let va = VirtAddr::new(start);
         let h = self.half(start);
-        let mut t = self.table(self.root(va), 0);
-        // Where `t`'s count of present entries lives: its parent's shadow
-        // slot, or `root_live` for the root.
-        let mut parent: Option<(TableRef, usize)> = None;
+        let mut t_pa = self.root(va);
+        let mut t = self.table(t_pa, 0);
         let mut level = 0;
         while level < last {
             let idx = L::index(va, level);
             let e = L::Entry::from_raw(t.load(idx));
             match e.kind(level) {
                 EntryKind::Table => {
-                    parent = Some((t, idx));
-                    t = self.table(e.addr(), level + 1);
+                    t_pa = e.addr();
+                    t = self.table(t_pa, level + 1);
                     level += 1;
                 }
                 EntryKind::Leaf => return Err(WalkError::AlreadyMapped { addr: va }),
@@ -223,21 +229,31 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 }
             }
         }
-        // The tables missing below `level`, top first.
-        let mut new = [PhysAddr::new(0); MAX_LEVELS];
+        // `t`'s count before any write (counting it now if other code
+        // linked it), and room for the counts of the tables missing below.
         let missing = last - level;
-        for i in 0..missing {
-            match self.alloc_table(level + 1 + i) {
-                Ok(pa) => new[i] = pa,
-                Err(e) => {
-                    for (j, &pa) in new[..i].iter().enumerate() {
-                        // Just allocated from this source; if it refuses
-                        // one back there is nothing better than to keep
-                        // counting it.
-                        let _ = self.release_table(pa, level + 1 + j);
-                    }
-                    return Err(WalkError::OutOfTables(e));
+        let t_live = if level == 0 {
+            self.root_live[h]
+        } else {
+            self.live_of(t_pa, level, self.table_base(start, level))?
+        };
+        // The tables missing below `level`, top first, then room for their
+        // counts (last, so that a source that runs dry on the tables leaves
+        // the side store as it was).
+        let mut new = [PhysAddr::new(0); MAX_LEVELS];
+        for i in 0..=missing {
+            let r = if i < missing {
+                self.alloc_table(level + 1 + i).map(|pa| new[i] = pa)
+            } else {
+                self.reserve_counts(missing)
+            };
+            if let Err(e) = r {
+                for (j, &pa) in new[..i].iter().enumerate() {
+                    // Just allocated from this source; if it refuses one
+                    // back there is nothing better than to keep counting it.
+                    let _ = self.release_table(pa, level + 1 + j);
                 }
+                return Err(WalkError::OutOfTables(e));
             }
         }
         let leaves = if missing == 0 {
@@ -250,47 +266,30 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             leaves.store(first + k, L::Entry::new_leaf(frame, flags, last).raw());
         }
         self.stats.leaves_mapped += pages;
+        // What `t` gains: the pages, or the link to the first new table.
+        let gained = if missing == 0 { pages } else { 1 };
+        if level == 0 {
+            self.root_live[h] += gained;
+        } else if t_live != UNCOUNTED {
+            self.set_live(t_pa, level, t_live + gained);
+        }
         if missing == 0 {
-            if let Some((p, i)) = parent {
-                p.adjust_live(i, pages, self.counts_shared());
-            } else {
-                self.root_live[h] += pages; // a one-level layout
-            }
             return Ok(());
         }
         // Chain the new tables bottom up while none is reachable: each holds
         // one entry, the next table, whose count is 1 (`pages` for the last).
         let mut child_live = pages;
-        for i in (0..missing - 1).rev() {
+        for i in (0..missing).rev() {
             let l = level + 1 + i;
-            let nt = self.table(new[i], l);
-            let idx = L::index(va, l);
-            nt.store(idx, L::Entry::new_table(new[i + 1]).raw());
-            nt.set_live(idx, child_live);
+            self.count_new(new[i], l, child_live);
+            if i + 1 < missing {
+                let nt = self.table(new[i], l);
+                nt.store(L::index(va, l), L::Entry::new_table(new[i + 1]).raw());
+            }
             child_live = 1;
         }
-        // Link: the release store publishes the zeroed, filled subtree,
-        // its count first (a `LeafPath` may add to it once it is linked).
-        let idx = L::index(va, level);
-        #[cfg(not(kmm_loom))]
-        let link_first = false;
-        #[cfg(kmm_loom)]
-        let link_first =
-            crate::loom_mutation::MUTATION.active(crate::loom_mutation::LINK_BEFORE_COUNT);
-        // Broken variant (loom_leaf_path_link_broken): the table is
-        // reachable before its count is set, so a `LeafPath` that adds to
-        // the count in between is overwritten.
-        if !link_first {
-            t.set_live(idx, child_live);
-        }
-        t.store(idx, L::Entry::new_table(new[0]).raw());
-        if link_first {
-            t.set_live(idx, child_live);
-        }
-        match parent {
-            Some((p, i)) => p.adjust_live(i, 1, self.counts_shared()),
-            None => self.root_live[h] += 1,
-        }
+        // Link: the release store publishes the zeroed, filled subtree.
+        t.store(L::index(va, level), L::Entry::new_table(new[0]).raw());
         Ok(())
     }
 
@@ -339,6 +338,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     });
                 }
                 EntryKind::Table if level < last => {
+                    if self.counted(level + 1) && self.counts.get(self.mem, e.addr()).is_none() {
+                        need[0] += 1;
+                    }
                     let child = self.table(e.addr(), level + 1);
                     self.plan(level + 1, Some(child), addr, next, ctx, need)?;
                 }
@@ -409,25 +411,26 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     // Release store: the child was zeroed before it is reachable.
                     t.store(idx, L::Entry::new_table(child_pa).raw());
                     *live += 1;
-                    // The slot's count is 0 (nothing was linked there) and,
-                    // once the child is linked, a `LeafPath` may add to it:
-                    // add ours rather than store it.
                     let mut child_live = 0;
                     let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.adjust_live(idx, child_live, self.counts_shared());
+                    self.count_new(child_pa, level + 1, child_live);
                     r?;
                 }
                 EntryKind::Table => {
-                    // Only the entries this pass installed are added (see
-                    // `TableRef::adjust_live`).
-                    let before = t.live(idx);
-                    let mut child_live = before;
-                    let child = self.table(e.addr(), level + 1);
+                    let child_pa = e.addr();
+                    let base = addr & !(L::entry_span(level) - 1);
+                    // Room for a count met here for the first time was
+                    // reserved by the plan.
+                    let before = self.live_of(child_pa, level + 1, base)?;
+                    let mut child_live = if before == UNCOUNTED { 0 } else { before };
+                    let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    t.adjust_live(idx, child_live - before, self.counts_shared());
+                    if before != UNCOUNTED {
+                        self.set_live(child_pa, level + 1, child_live);
+                    }
                     r?;
                 }
                 EntryKind::Leaf => {

@@ -3,8 +3,7 @@
 //!
 //! A table page a zap frees is already all zero: it is freed only once its
 //! live count reached zero, so every entry was cleared (to
-//! [`PageTableEntry::EMPTY`], which is 0) and every shadow word belongs to an
-//! empty entry, hence is 0 too. Returning such a page to the frame source and
+//! [`PageTableEntry::EMPTY`], which is 0). Returning such a page to the frame source and
 //! later allocating and zeroing it again for the next map is pure overhead:
 //! on ia64-sim a map inside an empty TiB needs up to 9 tables of 16 or 32 KiB
 //! each. So, when the caller asks for it ([`Walker::set_table_stock`]), a
@@ -63,11 +62,19 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.stock.count.iter().sum()
     }
 
-    /// Returns every stocked page to the frame source (the bound stays).
-    /// The first free the source refuses is reported; the pages after it are
-    /// still returned.
+    /// Returns every stocked page to the frame source (the bound stays), and
+    /// the side store of live counts too when it counts no table (it is
+    /// kept otherwise, so that a map after a full unmap does not allocate
+    /// it again). The first free the source refuses is reported; the pages
+    /// after it are still returned.
     pub fn drain_table_stock(&mut self) -> Result<(), WalkError> {
-        self.trim_stock(0)
+        let r = self.trim_stock(0);
+        if self.counts.is_empty() {
+            if let Err((frame, error)) = self.counts.release(self.mem) {
+                return r.and(Err(WalkError::FreeFailed { frame, error }));
+            }
+        }
+        r
     }
 
     pub(crate) fn stock_bytes(&self) -> u64 {

@@ -22,18 +22,42 @@
 //! `tests/loom_common`), so one source is both the shipped code and the
 //! model.
 //!
-//! # Live counts (the shadow)
+//! # Live counts, beside the tables
 //!
-//! Every table above the last level is allocated with a *shadow* of the same
-//! size right after it: word `i` of the shadow counts the present entries of
-//! the child table that entry `i` points to (the root's own count is kept in
-//! the walker). The MMU never reads the shadow. The counts let a zap free a
-//! table the moment it becomes empty without rescanning it (Linux's
-//! `free_pgtables` only frees tables wholly inside the unmapped range; here a
-//! partial zap frees them too), and let a walk stop scanning a table whose
-//! count reached zero: the rest of it is known to be empty. The last level has
-//! no shadow, so the overhead is one page per table *above* the last level,
-//! about 1/512 of the table memory of a 4 KiB layout.
+//! Tables are the hardware's and nothing else: one frame of the table size,
+//! aligned to it, holding entries. What the walker knows about a table, the
+//! number of its present entries inside the walker's window, lives in a side
+//! store keyed by the table's frame (`counts.rs`; Linux keeps per-table
+//! metadata in `struct ptdesc`). The counts let a zap free a table the moment
+//! it becomes empty without rescanning it (Linux's `free_pgtables` only frees
+//! tables wholly inside the unmapped range; here a partial zap frees them
+//! too), and let a walk stop scanning a table whose count reached zero: the
+//! rest of it is known to be empty. The root's count is kept in the walker.
+//!
+//! Once a [`LeafPath`](crate::LeafPath) exists, last-level tables keep no
+//! count: the unlocked path maps and clears their entries without touching
+//! anything else, tables are never freed again, and a zap scans the range it
+//! was given. Counts of the tables above, which only the walker links, stay.
+//!
+//! # Attaching to a table the kernel already runs on
+//!
+//! [`Walker::new`] allocates fresh root(s) and owns the whole tree.
+//! [`Walker::attach`] works in a *window* of a root the kernel built, by any
+//! code: it scans the window once to count the tables in it, and from then
+//! on maps and zaps only inside the window. The contract with the kernel:
+//!
+//! * Outside the window the kernel may change anything at any time, also
+//!   concurrently with walker calls (tables above the window are read with
+//!   atomic loads, and the walker writes only entries whose span meets the
+//!   window).
+//! * Inside the window the walker is the only writer. A table that other
+//!   code links into the window between two walker calls is counted (one
+//!   scan) the first time the walker meets it; a table or leaf that other
+//!   code clears or frees inside the window must not be (the walker would
+//!   keep a stale count): call [`Walker::rescan`] after such a change.
+//! * The walker frees only tables it allocated itself and whose whole span
+//!   lies inside the window; the root and every table it was given stay.
+//!   Dropping an attached walker leaves the tree as it is.
 //!
 //! # Two roots when the halves alias
 //!
@@ -42,53 +66,59 @@
 //! `0xffff_8000_0000_0000` would land on the same root entry. The walker
 //! detects that from the layout alone (both `0` and `-tree_span` canonical)
 //! and keeps one root per half, selected by bit 63. x86_64 sign-extends, so
-//! its halves use distinct root entries and it keeps one root (one CR3).
+//! its halves use distinct root entries and it keeps one root (one CR3). An
+//! attached walker has the one root it was given (TTBR1's, say): its window
+//! lies in that root's half.
 
+use crate::counts::{LiveCounts, zero_words};
 use crate::errors::WalkError;
 use crate::stats::WalkStats;
 use crate::stock::TableStock;
-use arch_api::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use arch_api::{
     EntryKind, FrameError, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr,
     PhysMap, VirtAddr,
 };
 use core::marker::PhantomData;
+use core::ops::Range;
 
 /// The most levels a layout may have (x86_64 LA57 has 5).
 pub const MAX_LEVELS: usize = 6;
 
-/// A table page as the walker sees it: the entries (read by the MMU) and,
-/// above the last level, the shadow of live counts (read by nobody else).
+/// The live count a table without one reports (a last-level table once a
+/// `LeafPath` exists): never zero, and at least 512 decrements from it.
+pub(crate) const UNCOUNTED: u64 = u64::MAX;
+
+/// Marks, in the side store, a table the walker allocated (it may free it).
+const OURS: u64 = 1 << 63;
+
+/// A table page as the walker sees it: its entries, read by the MMU too.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableRef {
     entries: *const AtomicU64,
-    shadow: *const AtomicU64,
     len: usize,
 }
 
 impl TableRef {
-    /// The table whose entries start at `entries` (`len` of them), with its
-    /// shadow right after them if `shadow`.
+    /// The table whose `len` entries start at `entries`.
     #[inline]
-    pub(crate) fn new(entries: *mut u8, len: usize, shadow: bool) -> Self {
-        let entries = entries as *const AtomicU64;
-        let shadow = if shadow {
-            entries.wrapping_add(len)
-        } else {
-            core::ptr::null()
-        };
+    pub(crate) fn new(entries: *mut u8, len: usize) -> Self {
         TableRef {
-            entries,
-            shadow,
+            entries: entries as *const AtomicU64,
             len,
         }
     }
 
-    /// The table of layout `L` at `level` whose entries start at `entries`
-    /// (a shadow above the last level).
+    /// The table of layout `L` at `level` whose entries start at `entries`.
     #[inline]
     pub(crate) fn of<L: PageTableLayout>(entries: *mut u8, level: usize) -> Self {
-        Self::new(entries, L::entries(level), level + 1 < L::LEVELS)
+        Self::new(entries, L::entries(level))
+    }
+
+    /// Entries in the table.
+    #[inline]
+    pub(crate) fn len(self) -> usize {
+        self.len
     }
 
     /// Entry `i` as an atomic.
@@ -97,10 +127,11 @@ impl TableRef {
         debug_assert!(i < self.len);
         // SAFETY: `entries` points at a live table page of `len` u64 words,
         // 8-byte aligned (tables are aligned to their size; `AtomicU64` has
-        // the size and alignment of `u64` where it exists), owned by the
-        // walker for as long as it is linked; `i < len` because every index
-        // comes from `PageTableLayout::index`, which masks with
-        // `entries(level) - 1`. All accesses to a linked table are atomic.
+        // the size and alignment of `u64` where it exists), linked in the
+        // tree the walker works in for as long as this reference is used;
+        // `i < len` because every index comes from `PageTableLayout::index`,
+        // which masks with `entries(level) - 1`. Every access the walker
+        // makes to a table is atomic, and so are the MMU's.
         unsafe { &*self.entries.add(i) }
     }
 
@@ -113,6 +144,13 @@ impl TableRef {
     /// Stores entry `i` (release: the table it may point to is zeroed first).
     #[inline]
     pub(crate) fn store(self, i: usize, v: u64) {
+        #[cfg(kmm_loom)]
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::RELAXED_LINK) {
+            // Broken variant (loom_leaf_path_broken): a table is linked
+            // without release, so a reader that follows the link may see the
+            // page's contents from before it was zeroed.
+            return self.entry(i).store(v, Ordering::Relaxed);
+        }
         self.entry(i).store(v, Ordering::Release)
     }
 
@@ -120,18 +158,6 @@ impl TableRef {
     #[inline]
     pub(crate) fn swap(self, i: usize, v: u64) -> u64 {
         self.entry(i).swap(v, Ordering::AcqRel)
-    }
-
-    /// Shadow word `i` as an atomic.
-    #[inline]
-    fn live_word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < self.len && !self.shadow.is_null());
-        // SAFETY: tables above the last level are allocated with a shadow of
-        // `len` words right after the entries (8-byte aligned, live as long
-        // as the table is linked). They are accessed only as atomics: the
-        // walker under its owner's lock and, for a last-level table's count,
-        // [`LeafPath`](crate::LeafPath) users on other CPUs at the same time.
-        unsafe { &*self.shadow.add(i) }
     }
 
     /// Sets entry `i` to `v` if it is empty (0); whether it was. A load and
@@ -161,64 +187,41 @@ impl TableRef {
         old
     }
 
-    /// Live entries of the child table behind entry `i`. Relaxed: a count
-    /// is only ever read to skip work by its owner, who changes it by
-    /// deltas (see [`adjust_live`](Self::adjust_live)).
-    #[inline]
-    pub(crate) fn live(self, i: usize) -> u64 {
-        self.live_word(i).load(Ordering::Relaxed)
-    }
-
-    /// Sets the live count of the child behind entry `i`: only while no
-    /// other CPU can reach the child (it is new, or about to be unlinked).
-    #[inline]
-    pub(crate) fn set_live(self, i: usize, v: u64) {
-        self.live_word(i).store(v, Ordering::Relaxed)
-    }
-
-    /// Adds `n` (wrapping: a subtraction is the negated delta) to the live
-    /// count behind entry `i`. A delta, not a store of a snapshot: a
-    /// [`LeafPath`](crate::LeafPath) may change the same count (other
-    /// entries of the same last-level table) meanwhile. An atomic
-    /// read-modify-write only when `shared`, i.e. once a `LeafPath` may
-    /// change counts too. Otherwise the walker's owner is the only writer and a
-    /// load and a store do, which keeps LOCKed instructions off a plain
-    /// map/unmap (on x86_64 each costs about 20 cycles).
-    #[inline]
-    pub(crate) fn adjust_live(self, i: usize, n: u64, shared: bool) {
-        let w = self.live_word(i);
-        if shared {
-            w.fetch_add(n, Ordering::Relaxed);
-        } else {
-            w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-        }
-    }
-
-    /// Whether every entry (and shadow word) is zero (`debug` checks).
-    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
+    /// Whether every entry is zero (`debug` checks).
+    #[cfg_attr(not(any(debug_assertions, feature = "debug")), allow(dead_code))]
     pub(crate) fn all_zero(self) -> bool {
-        (0..self.len).all(|i| self.load(i) == 0 && (self.shadow.is_null() || self.live(i) == 0))
+        (0..self.len).all(|i| self.load(i) == 0)
     }
 }
 
 /// Maps, translates and zaps ranges of one address space of layout `L`,
 /// with table pages from `M`.
 ///
-/// The walker owns its table pages and the frames mapped through it: a zap
-/// returns both to `M` (frames of leaves mapped with [`MapFlags::DEVICE`]
-/// excepted: they are MMIO, not memory from the source). Dropping the walker
-/// frees everything it still holds without flushing any TLB; the caller must
-/// have stopped using the tables (switched CR3/TTBR away) first.
+/// Made by [`new`](Self::new) the walker owns its tree: its table pages and
+/// the frames mapped through it, which a zap returns to `M` (frames of leaves
+/// mapped with [`MapFlags::DEVICE`] excepted: they are MMIO, not memory from
+/// the source); dropping it frees everything it still holds without flushing
+/// any TLB, so the caller must have stopped using the tables (switched
+/// CR3/TTBR away) first. Made by [`attach`](Self::attach) it works in a
+/// window of the kernel's own tree and drops without touching it (see the
+/// module docs for the contract).
 pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) mem: &'m M,
     roots: [PhysAddr; 2],
-    /// Roots allocated so far (1, or 2 when the halves alias).
+    /// Roots held (1, or 2 when a fresh walker's halves alias).
     n_roots: usize,
+    /// Whether the walker allocated its roots (and so the whole tree).
+    owns_root: bool,
+    /// Present entries of each root inside the window.
     pub(crate) root_live: [u64; 2],
     split_halves: bool,
+    /// The window's first and last address (everything for a fresh walker).
+    window: [u64; 2],
+    /// Counts of the tables below the root (`counts.rs`).
+    pub(crate) counts: LiveCounts,
     pub(crate) free_empty_tables: bool,
     /// Set once a [`LeafPath`](crate::LeafPath) exists: no table is freed
-    /// again.
+    /// again, and last-level tables keep no count.
     pub(crate) tables_pinned: bool,
     tables_in_use: u64,
     table_bytes_in_use: u64,
@@ -235,6 +238,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> core::fmt::Debug for
         f.debug_struct("Walker")
             .field("layout", &L::NAME)
             .field("roots", &self.roots())
+            .field("window", &self.window())
             .field("tables_in_use", &self.tables_in_use)
             .field("stats", &self.stats)
             .finish()
@@ -242,9 +246,68 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> core::fmt::Debug for
 }
 
 impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M> {
-    /// A walker with empty root table(s) allocated from `mem`. Freeing
-    /// tables that become empty is on.
+    /// A walker with empty root table(s) allocated from `mem`, owning the
+    /// whole address space. Freeing tables that become empty is on.
     pub fn new(mem: &'m M) -> Result<Self, WalkError> {
+        let mut w = Self::empty(mem)?;
+        w.owns_root = true;
+        let want = if w.split_halves { 2 } else { 1 };
+        while w.n_roots < want {
+            // On failure, dropping `w` frees the roots already allocated.
+            w.roots[w.n_roots] = w.alloc_table(0).map_err(WalkError::OutOfTables)?;
+            w.n_roots += 1;
+        }
+        Ok(w)
+    }
+
+    /// A walker working in `window` of the tree at `root`, which the kernel
+    /// built (by any code) and may be running on. The window is scanned
+    /// once to count the tables in it; tables outside it are never written.
+    /// Freeing tables that become empty is on, for the tables the walker
+    /// allocates in the window.
+    ///
+    /// Errors: [`WalkError::Unaligned`] if `root` is not aligned to the root
+    /// table's size or the window's ends to the page size,
+    /// [`WalkError::Wraps`] for an empty or reversed window,
+    /// [`WalkError::NonCanonical`] if the window is not canonical or spans
+    /// both halves of a layout whose halves have separate roots,
+    /// [`WalkError::OutOfTables`] if the frame source cannot hold the counts.
+    ///
+    /// # Safety
+    ///
+    /// `root` is a table of layout `L` reachable through `mem`'s
+    /// [`PhysMap`], and so is every table linked below it inside the window.
+    /// The kernel keeps the contract of the module docs: inside the window
+    /// only this walker (and its [`LeafPath`](crate::LeafPath)) writes
+    /// entries, and the tables stay linked while the walker lives.
+    pub unsafe fn attach(
+        mem: &'m M,
+        root: PhysAddr,
+        window: Range<VirtAddr>,
+    ) -> Result<Self, WalkError> {
+        let mut w = Self::empty(mem)?;
+        let (start, end) = (window.start.as_u64(), window.end.as_u64());
+        if end <= start {
+            return Err(WalkError::Wraps {
+                start: window.start,
+            });
+        }
+        w.check_range(start, end)?;
+        if !root.is_aligned(L::table_bytes(0) as u64) {
+            return Err(WalkError::Unaligned {
+                addr: VirtAddr::new(root.as_u64()),
+            });
+        }
+        w.roots = [root; 2];
+        w.n_roots = 1;
+        w.window = [start, end - 1];
+        let h = w.half(start);
+        w.root_live[h] = w.adopt_subtree(root, 0, w.table_base(start, 0))?;
+        Ok(w)
+    }
+
+    /// A walker with no root yet (a fresh walker's fields).
+    fn empty(mem: &'m M) -> Result<Self, WalkError> {
         let granule = mem.granule();
         if L::LEVELS == 0
             || L::LEVELS > MAX_LEVELS
@@ -254,12 +317,15 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         {
             return Err(WalkError::Unsupported);
         }
-        let mut w = Walker {
+        Ok(Walker {
             mem,
             roots: [PhysAddr::new(0); 2],
             n_roots: 0,
+            owns_root: false,
             root_live: [0; 2],
             split_halves: Self::halves_alias(),
+            window: [0, u64::MAX],
+            counts: LiveCounts::default(),
             free_empty_tables: true,
             tables_pinned: false,
             tables_in_use: 0,
@@ -268,14 +334,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             free_error: None,
             stock: TableStock::default(),
             _layout: PhantomData,
-        };
-        let want = if w.split_halves { 2 } else { 1 };
-        while w.n_roots < want {
-            // On failure, dropping `w` frees the roots already allocated.
-            w.roots[w.n_roots] = w.alloc_table(0).map_err(WalkError::OutOfTables)?;
-            w.n_roots += 1;
-        }
-        Ok(w)
+        })
     }
 
     /// Whether the low and high canonical halves share root indices (see the
@@ -294,10 +353,16 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         self.roots[self.half(va.as_u64())]
     }
 
-    /// Every root: one, or two when the layout's halves alias (aarch64:
-    /// `[TTBR0, TTBR1]`).
+    /// Every root: one, or two when a fresh walker's layout has halves that
+    /// alias (aarch64: `[TTBR0, TTBR1]`).
     pub fn roots(&self) -> &[PhysAddr] {
         &self.roots[..self.n_roots]
+    }
+
+    /// The virtual range the walker maps and zaps in (every address for a
+    /// walker made by [`new`](Self::new)), as its first and last address.
+    pub fn window(&self) -> (VirtAddr, VirtAddr) {
+        (VirtAddr::new(self.window[0]), VirtAddr::new(self.window[1]))
     }
 
     #[inline]
@@ -317,22 +382,26 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         self.free_empty_tables = on && !self.tables_pinned;
     }
 
-    /// Table pages allocated and linked (roots included; stocked pages are
-    /// not in use, see [`stocked_tables`](Self::stocked_tables)).
+    /// Table pages the walker allocated and linked (its roots included;
+    /// stocked pages are not in use, see
+    /// [`stocked_tables`](Self::stocked_tables); tables it was given by
+    /// [`attach`](Self::attach) are not counted).
     pub fn tables_in_use(&self) -> u64 {
         self.tables_in_use
     }
 
-    /// Bytes of page-table memory held, shadows and the zeroed-table stock
-    /// included (story 4's "page-table pages" figure).
+    /// Bytes of page-table memory held: the tables it allocated, the
+    /// zeroed-table stock and the side store of live counts (story 4's
+    /// "page-table pages" figure).
     pub fn pagetable_bytes(&self) -> u64 {
-        self.table_bytes_in_use + self.stock_bytes()
+        self.table_bytes_in_use + self.stock_bytes() + self.counts.bytes()
     }
 
-    /// Table pages beyond the root(s): 0 once everything is unmapped with
-    /// freeing of empty tables on.
+    /// Table pages the walker allocated below the root(s): 0 once
+    /// everything is unmapped with freeing of empty tables on.
     pub fn tables_below_root(&self) -> u64 {
-        self.tables_in_use - self.roots().len() as u64
+        let roots = if self.owns_root { self.n_roots } else { 0 };
+        self.tables_in_use - roots as u64
     }
 
     /// The cumulative counters.
@@ -352,19 +421,12 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
     // ---- tables ----
 
-    /// Whether a table at `level` carries a shadow (it has child tables).
-    #[inline]
-    pub(crate) fn has_shadow(level: usize) -> bool {
-        level + 1 < L::LEVELS
-    }
-
-    /// Bytes allocated for a table at `level`: the table, its shadow, rounded
-    /// up to the granule. Both are powers of two, so this is one too, and the
+    /// Bytes allocated for a table at `level`: its size, at least one
+    /// granule. Both are powers of two, so this is one too, and the
     /// allocation is aligned to it (tables must be aligned to their size).
+    #[inline]
     pub(crate) fn alloc_bytes(&self, level: usize) -> u64 {
-        let t = L::table_bytes(level) as u64;
-        let with_shadow = if Self::has_shadow(level) { 2 * t } else { t };
-        with_shadow.max(self.mem.granule())
+        (L::table_bytes(level) as u64).max(self.mem.granule())
     }
 
     /// The table page at `pa` of `level`.
@@ -379,27 +441,11 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// only ever seen one way (and is loom's under `cfg(kmm_loom)`).
     #[inline]
     pub(crate) fn link_word(&self, pa: PhysAddr) -> TableRef {
-        TableRef::new(self.mem.phys_to_ptr(pa), 1, false)
+        TableRef::new(self.mem.phys_to_ptr(pa), 1)
     }
 
-    /// Whether a live count may be changed by a [`LeafPath`](crate::LeafPath)
-    /// meanwhile, so the walker must change it by atomic read-modify-write
-    /// (see [`TableRef::adjust_live`]).
-    #[inline]
-    pub(crate) fn counts_shared(&self) -> bool {
-        // Broken variant (loom_leaf_path_broken): the locked walker keeps
-        // its plain load-and-store delta although a `LeafPath` exists, so
-        // an unlocked map or zap of another page of the same table between
-        // the load and the store is lost from the count.
-        #[cfg(kmm_loom)]
-        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PLAIN_LOCKED_DELTA) {
-            return false;
-        }
-        self.tables_pinned
-    }
-
-    /// A zeroed table page (with its shadow) for `level`: from the stock if
-    /// it has one, else from the frame source, zeroed here.
+    /// A zeroed table page for `level`: from the stock if it has one, else
+    /// from the frame source, zeroed here. Not counted yet.
     pub(crate) fn alloc_table(&mut self, level: usize) -> Result<PhysAddr, FrameError> {
         let bytes = self.alloc_bytes(level);
         let pa = match self.stock_take(level) {
@@ -409,7 +455,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             }
             None => {
                 let pa = self.mem.alloc(bytes, bytes)?;
-                self.zero_fresh(pa, bytes);
+                zero_words(self.mem, pa, bytes);
                 pa
             }
         };
@@ -419,30 +465,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         Ok(pa)
     }
 
-    /// Zeroes the `bytes` bytes just allocated at `pa` (frames are not
-    /// zeroed by the source).
-    #[cfg(not(kmm_loom))]
-    fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
-        let p = self.mem.phys_to_ptr(pa);
-        // SAFETY: the source just handed out `bytes` bytes at `pa`,
-        // reachable through `p`; nothing else uses them yet (the page is not
-        // linked), so a plain write is fine.
-        unsafe { p.write_bytes(0, bytes as usize) };
-    }
-
-    /// Zeroes the words just allocated at `pa`. Under loom table memory is
-    /// loom atomics, which a byte write would destroy: store each word.
-    #[cfg(kmm_loom)]
-    fn zero_fresh(&self, pa: PhysAddr, bytes: u64) {
-        let words = (bytes / 8) as usize;
-        let t = TableRef::new(self.mem.phys_to_ptr(pa), words, false);
-        for i in 0..words {
-            t.entry(i).store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Returns an unlinked (and, after a zap, flushed) all-zero table page:
-    /// to the stock while it has room, else to the frame source.
+    /// Returns an unlinked (and, after a zap, flushed) all-zero table page
+    /// the walker allocated: to the stock while it has room, else to the
+    /// frame source.
     pub(crate) fn release_table(&mut self, pa: PhysAddr, level: usize) -> Result<(), FrameError> {
         let bytes = self.alloc_bytes(level);
         if let Err(pa) = self.stock_put(pa, level) {
@@ -454,13 +479,230 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         Ok(())
     }
 
+    // ---- live counts ----
+
+    /// Whether tables at `level` (below the root) keep a live count.
+    #[inline]
+    pub(crate) fn counted(&self, level: usize) -> bool {
+        level + 1 < L::LEVELS || !self.tables_pinned
+    }
+
+    /// The first address of the table at `level` holding `va`.
+    #[inline]
+    pub(crate) fn table_base(&self, va: u64, level: usize) -> u64 {
+        if level == 0 {
+            return if self.split_halves && va >> 63 == 1 {
+                0u64.wrapping_sub(1 << (L::level_shift(0) + L::INDEX_BITS[0]))
+            } else {
+                0
+            };
+        }
+        let span = L::entry_span(level - 1);
+        va & !(span - 1)
+    }
+
+    /// The live count of the table at `pa` of `level` (> 0) whose span
+    /// starts at `base`: [`UNCOUNTED`] if that level keeps none, and a
+    /// table met for the first time (linked by other code) is counted now,
+    /// by one scan. Fails only when the side store cannot grow for it.
+    #[inline]
+    pub(crate) fn live_of(
+        &mut self,
+        pa: PhysAddr,
+        level: usize,
+        base: u64,
+    ) -> Result<u64, WalkError> {
+        if !self.counted(level) {
+            return Ok(UNCOUNTED);
+        }
+        match self.counts.get(self.mem, pa) {
+            Some(v) => Ok(v & !OURS),
+            None => self.adopt_table(pa, level, base),
+        }
+    }
+
+    /// Sets the live count of the counted table `pa` at `level` (no-op for
+    /// an uncounted level), keeping whether it is the walker's.
+    #[inline]
+    pub(crate) fn set_live(&mut self, pa: PhysAddr, level: usize, n: u64) {
+        if self.counted(level) {
+            let mem = self.mem;
+            match self.counts.get(mem, pa) {
+                Some(v) => self.counts.set(mem, pa, (v & OURS) | n),
+                None => debug_assert!(false, "set_live of an uncounted table {pa:?}"),
+            }
+        }
+    }
+
+    /// Counts a table the walker just allocated (room was reserved).
+    #[inline]
+    pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
+        if self.counted(level) {
+            self.counts.set(self.mem, pa, OURS | n);
+        }
+    }
+
+    /// Makes room in the side store for `tables` more counts.
+    #[inline]
+    pub(crate) fn reserve_counts(&mut self, tables: usize) -> Result<(), FrameError> {
+        self.counts.reserve(self.mem, tables)
+    }
+
+    /// Whether a zap may free the table at `pa` whose span (at `level`)
+    /// starts at `base`: the walker allocated it and all of it lies in the
+    /// window. Forgets its count when it may.
+    pub(crate) fn take_if_ours(&mut self, pa: PhysAddr, level: usize, base: u64) -> bool {
+        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
+        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
+            return false;
+        }
+        let ours = self.counts.get(self.mem, pa).is_some_and(|v| v & OURS != 0);
+        if ours {
+            self.counts.remove(self.mem, pa);
+        }
+        ours
+    }
+
+    /// The first address entry `i` of the table at `level` whose span
+    /// starts at `base` translates (sign-extended in a root whose halves
+    /// share it, as x86_64's).
+    #[inline]
+    pub(crate) fn entry_va(&self, level: usize, base: u64, i: usize) -> u64 {
+        let va = base.wrapping_add((i as u64).wrapping_mul(L::entry_span(level)));
+        let tree_bits = L::level_shift(0) + L::INDEX_BITS[0];
+        if level == 0 && !self.split_halves && tree_bits < 64 && va >> (tree_bits - 1) & 1 == 1 {
+            va | !((1u64 << tree_bits) - 1)
+        } else {
+            va
+        }
+    }
+
+    /// Whether entry `i` of the table at `level` whose span starts at `base`
+    /// meets the window.
+    #[inline]
+    fn in_window(&self, level: usize, base: u64, i: usize) -> bool {
+        if self.window == [0, u64::MAX] {
+            return true;
+        }
+        let first = self.entry_va(level, base, i);
+        let last = first.wrapping_add(L::entry_span(level) - 1);
+        first <= self.window[1] && last >= self.window[0]
+    }
+
+    /// Present entries of the table at `pa` (`level`, span from `base`)
+    /// that meet the window.
+    fn scan(&self, pa: PhysAddr, level: usize, base: u64) -> u64 {
+        let t = self.table(pa, level);
+        (0..t.len())
+            .filter(|&i| {
+                L::Entry::from_raw(t.load(i)).kind(level) != EntryKind::None
+                    && self.in_window(level, base, i)
+            })
+            .count() as u64
+    }
+
+    /// Counts a table met for the first time (not the walker's).
+    fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
+        let n = self.scan(pa, level, base);
+        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts.set(self.mem, pa, n);
+        Ok(n)
+    }
+
+    /// Counts every table below `pa` inside the window (and `pa` itself
+    /// below the root); the count of `pa`.
+    fn adopt_subtree(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
+        let t = self.table(pa, level);
+        if level + 1 < L::LEVELS {
+            for i in 0..t.len() {
+                if !self.in_window(level, base, i) {
+                    continue;
+                }
+                let e = L::Entry::from_raw(t.load(i));
+                if e.kind(level) == EntryKind::Table {
+                    let child_base = self.entry_va(level, base, i);
+                    self.adopt_subtree(e.addr(), level + 1, child_base)?;
+                }
+            }
+        }
+        if level == 0 {
+            return Ok(self.scan(pa, 0, base));
+        }
+        if !self.counted(level) {
+            return Ok(UNCOUNTED);
+        }
+        self.adopt_table(pa, level, base)
+    }
+
+    /// Counts the window again from the tables as they are, after other code
+    /// changed tables or leaves inside it (see the module docs). Tables
+    /// other code unlinked are forgotten (those the walker had allocated are
+    /// the other code's now); nothing is freed. On failure (the side store
+    /// could not grow) the counts are as before.
+    pub fn rescan(&mut self) -> Result<(), WalkError> {
+        let old = core::mem::take(&mut self.counts);
+        let mut live = self.root_live;
+        let mut r = Ok(());
+        for h in 0..self.n_roots {
+            let va = if h == 1 { 1 << 63 } else { self.window[0] };
+            let base = self.table_base(va, 0);
+            match self.rescan_subtree(&old, self.roots[h], 0, base) {
+                Ok(n) => live[self.half(va)] = n,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        let drop_store = if r.is_ok() {
+            self.root_live = live;
+            old
+        } else {
+            core::mem::replace(&mut self.counts, old)
+        };
+        let mut drop_store = drop_store;
+        // Pages of this source; if it refuses them back they stay out.
+        let _ = drop_store.release(self.mem);
+        r
+    }
+
+    fn rescan_subtree(
+        &mut self,
+        old: &LiveCounts,
+        pa: PhysAddr,
+        level: usize,
+        base: u64,
+    ) -> Result<u64, WalkError> {
+        let t = self.table(pa, level);
+        if level + 1 < L::LEVELS {
+            for i in 0..t.len() {
+                if !self.in_window(level, base, i) {
+                    continue;
+                }
+                let e = L::Entry::from_raw(t.load(i));
+                if e.kind(level) == EntryKind::Table {
+                    let child_base = self.entry_va(level, base, i);
+                    self.rescan_subtree(old, e.addr(), level + 1, child_base)?;
+                }
+            }
+        }
+        let n = self.scan(pa, level, base);
+        if level == 0 || !self.counted(level) {
+            return Ok(n);
+        }
+        let ours = old.get(self.mem, pa).unwrap_or(0) & OURS;
+        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts.set(self.mem, pa, ours | n);
+        Ok(n)
+    }
+
     // ---- addresses ----
 
     /// Checks a page range `[start, end)` for a map or zap: aligned, not
-    /// wrapping, canonical throughout. Canonical sets here are unions of
-    /// intervals whose ends fall on root-entry boundaries (the x86_64 hole,
-    /// the aarch64 halves), so checking both ends of each root entry's piece
-    /// of the range covers every address in it.
+    /// wrapping, canonical throughout, inside the window. Canonical sets
+    /// here are unions of intervals whose ends fall on root-entry boundaries
+    /// (the x86_64 hole, the aarch64 halves), so checking both ends of each
+    /// root entry's piece of the range covers every address in it.
     pub(crate) fn check_range(&self, start: u64, end: u64) -> Result<(), WalkError> {
         let ps = L::PAGE_SIZE;
         if start % ps != 0 {
@@ -480,6 +722,16 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
         if end == start {
             return Ok(());
+        }
+        if start < self.window[0] || end - 1 > self.window[1] {
+            let addr = if start < self.window[0] {
+                start
+            } else {
+                end - 1
+            };
+            return Err(WalkError::OutsideWindow {
+                addr: VirtAddr::new(addr),
+            });
         }
         let canonical = |a: u64| {
             if L::is_canonical(VirtAddr::new(a)) {
@@ -520,36 +772,52 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
     }
 
-    /// Walks every table and checks that each live count matches the present
-    /// entries it counts and that no table is linked at the last level.
-    /// O(table pages); for tests and the `debug` configuration.
+    /// Walks every table in the window and checks that each live count
+    /// matches the present entries it counts (tables linked by other code
+    /// since the walker last met them count as wrong), that no table is
+    /// linked at the last level, and, in a tree the walker owns with
+    /// freeing on, that no empty table stayed. O(table pages); for tests and
+    /// the `debug` configuration.
     pub fn check_consistency(&self) -> Result<(), WalkError> {
         for h in 0..self.n_roots {
-            let n = self.count_subtree(self.roots[h], 0, 0)?;
-            if n != self.root_live[h] {
+            let va = if h == 1 { 1 << 63 } else { self.window[0] };
+            let base = self.table_base(va, 0);
+            let n = self.count_subtree(self.roots[h], 0, base)?;
+            if n != self.root_live[self.half(va)] {
                 return Err(WalkError::Corrupt {
-                    addr: VirtAddr::new(0),
+                    addr: VirtAddr::new(base),
                 });
             }
         }
         Ok(())
     }
 
-    /// Present entries of the table at `pa`, checking its children's counts.
+    /// Present entries of the table at `pa` meeting the window, checking its
+    /// children's counts.
     fn count_subtree(&self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
         let t = self.table(pa, level);
         let mut present = 0;
-        for i in 0..t.len {
+        for i in 0..t.len() {
+            if !self.in_window(level, base, i) {
+                continue;
+            }
             let e = L::Entry::from_raw(t.load(i));
-            let va = base.wrapping_add((i as u64).wrapping_mul(L::entry_span(level)));
+            let va = self.entry_va(level, base, i);
             match e.kind(level) {
                 EntryKind::None => continue,
                 EntryKind::Table if level + 1 < L::LEVELS => {
                     let n = self.count_subtree(e.addr(), level + 1, va)?;
-                    if n != t.live(i) || (n == 0 && self.free_empty_tables) {
-                        return Err(WalkError::Corrupt {
-                            addr: VirtAddr::new(va),
-                        });
+                    let corrupt = Err(WalkError::Corrupt {
+                        addr: VirtAddr::new(va),
+                    });
+                    if self.counted(level + 1) {
+                        match self.counts.get(self.mem, e.addr()) {
+                            Some(v) if v & !OURS == n => {}
+                            _ => return corrupt,
+                        }
+                    }
+                    if n == 0 && self.free_empty_tables && self.owns_root {
+                        return corrupt;
                     }
                 }
                 EntryKind::Table => {
@@ -567,12 +835,12 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     // ---- teardown ----
 
     /// Frees every table below `table` and the frames its leaves map
-    /// (without any TLB flush: only for `Drop`, with the stock off). Errors
-    /// are ignored: a drop cannot report them, and a frame the source
-    /// refuses is not ours.
+    /// (without any TLB flush: only for `Drop` of a walker that owns its
+    /// tree, with the stock off). Errors are ignored: a drop cannot report
+    /// them, and a frame the source refuses is not ours.
     fn free_subtree(&mut self, pa: PhysAddr, level: usize) {
         let t = self.table(pa, level);
-        for i in 0..t.len {
+        for i in 0..t.len() {
             let e = L::Entry::from_raw(t.load(i));
             match e.kind(level) {
                 EntryKind::None => {}
@@ -594,14 +862,16 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Drop for Walker<'_, L, M> {
     fn drop(&mut self) {
-        // The teardown does not keep shadow counts zero and flushes nothing,
-        // so no table may enter the stock: they go straight back, and so
-        // does what the stock holds.
+        // The teardown flushes nothing, so no table may enter the stock:
+        // they go straight back, and so does what the stock holds.
         let _ = self.set_table_stock(0);
-        for h in 0..self.n_roots {
-            let root = self.roots[h];
-            self.free_subtree(root, 0);
-            let _ = self.release_table(root, 0);
+        if self.owns_root {
+            for h in 0..self.n_roots {
+                let root = self.roots[h];
+                self.free_subtree(root, 0);
+                let _ = self.release_table(root, 0);
+            }
         }
+        let _ = self.counts.release(self.mem);
     }
 }

@@ -21,7 +21,7 @@ use crate::budget::{BreakInfo, ZapBudget};
 use crate::errors::WalkError;
 use crate::gather::{Freed, FreedKind, Gather};
 use crate::stats::WalkStats;
-use crate::walker::{TableRef, Walker};
+use crate::walker::{TableRef, UNCOUNTED, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, TlbFlush,
     VirtAddr,
@@ -193,20 +193,19 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         g: &mut Gather<T, N>,
     ) -> Result<u64, WalkError> {
         let child = self.table(child_pa, level + 1);
-        // A snapshot, lowered by what this zap clears and stored back as a
-        // delta: a `LeafPath` may change the same count meanwhile (entries
-        // outside this range). The snapshot stays at least the count of
-        // this range's entries, so stopping at zero skips none of them.
-        let before = t.live(idx);
+        let span = L::entry_span(level);
+        let block = addr & !(span - 1);
+        let before = self.live_of(child_pa, level + 1, block)?;
         let mut child_live = before;
         let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
-        t.adjust_live(
-            idx,
-            (before - child_live).wrapping_neg(),
-            self.counts_shared(),
-        );
+        if before != UNCOUNTED {
+            self.set_live(child_pa, level + 1, child_live);
+        }
         let reached = r?;
-        if child_live == 0 && self.free_empty_tables {
+        if child_live == 0
+            && self.free_empty_tables
+            && self.take_if_ours(child_pa, level + 1, block)
+        {
             #[cfg(feature = "debug")]
             if !child.all_zero() {
                 return Err(WalkError::Corrupt {
@@ -226,8 +225,6 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             // span already name it.
             t.swap(idx, L::Entry::EMPTY.raw());
             *live -= 1;
-            let span = L::entry_span(level);
-            let block = addr & !(span - 1);
             g.note_table(block, block + (span - 1), addr, L::PAGE_SIZE);
             let size = self.alloc_bytes(level + 1);
             self.gather_push(
@@ -293,12 +290,12 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 addr: VirtAddr::new(block),
             });
         }
-        let child_pa = self
-            .alloc_table(cl)
-            .map_err(|error| WalkError::SplitFailed {
-                addr: VirtAddr::new(addr),
-                error,
-            })?;
+        let failed = |error| WalkError::SplitFailed {
+            addr: VirtAddr::new(addr),
+            error,
+        };
+        self.reserve_counts(1).map_err(failed)?;
+        let child_pa = self.alloc_table(cl).map_err(failed)?;
         let child = self.table(child_pa, cl);
         let cspan = L::entry_span(cl);
         let flags = e.map_flags();
@@ -310,8 +307,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         }
         t.swap(idx, L::Entry::EMPTY.raw());
         g.flush_now(block, block + (span - 1), L::PAGE_SIZE);
+        self.count_new(child_pa, cl, n);
         t.store(idx, L::Entry::new_table(child_pa).raw());
-        t.set_live(idx, n);
         self.stats.splits += 1;
         Ok(child_pa)
     }

@@ -1,7 +1,8 @@
 #![cfg(kmm_loom)]
 //! `LeafPath` beside the locked walker on one last-level table, shipped
-//! code: every live count stays exact and readers see whole entries, in a
-//! table that exists and in one the locked walker links meanwhile.
+//! code: readers see whole entries and never a stale one, and every live
+//! count stays exact, in a table that exists and in one the locked walker
+//! links meanwhile on a recycled page.
 
 mod common;
 mod loom_common;

@@ -1,30 +1,34 @@
 //! The loom model of [`LeafPath`]: an unlocked owner of one page and a
 //! locked-walker owner of another page map and zap them at once inside the
-//! same last-level table, whose live count (a word of its parent's shadow)
-//! both change; the table either exists or is linked by one of them
-//! meanwhile. Afterwards every count must still equal the entries it
-//! counts, and a reader on the unlocked path sees a page either absent or
-//! mapped to its own frame, never anything else.
+//! same last-level table, which either exists or is linked by the locked
+//! owner meanwhile, on a recycled page that still holds a stale entry at the
+//! unlocked owner's slot. The unlocked owner must never see that entry (the
+//! table is zeroed before the release store that links it); afterwards every
+//! live count must still equal the entries it counts, and a reader on the
+//! unlocked path sees a page either absent or mapped to its own frame.
 //!
-//! Table memory is loom atomics here ([`LoomMem`]): under `--cfg kmm_loom` the
-//! walker's table words are loom's `AtomicU64` (the `arch_api::sync` shim),
-//! so loom explores the shipped code's accesses, not a copy of them.
+//! Table memory is loom atomics here ([`LoomMem`]): under `--cfg kmm_loom`
+//! the walker's table words are loom's `AtomicU64` (the crate's shim), so
+//! loom explores the shipped code's accesses, not a copy of them.
 #![allow(dead_code)]
 
-use crate::common::{Tiny, va};
-use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap, TlbFlush, VirtAddr};
+use crate::common::{Tiny, TinyEntry, va};
+use arch_api::{FrameError, FrameSource, PageTableEntry, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use zap_walker::{Frames, Gather, LeafPath, MapFlags, Unbounded, Walker};
 
-/// Words backing one frame. A Tiny table is at most 8 entries plus a
-/// shadow of the same size (64 bytes together); 16 words leave room.
+/// Words backing one frame: a Tiny table is at most 8 entries, the side
+/// store of live counts 8 slots of 2 words.
 const SLOT_WORDS: usize = 16;
-/// Frames the model may allocate: the root, three tables below it for `C`
-/// and one more last-level table.
+/// Frames the model may allocate: the root, three tables below it for `C`,
+/// the side store of counts and one more last-level table.
 const FRAMES: usize = 6;
+/// The frame the new last-level table gets: allocated after the root, `C`'s
+/// three tables and the side store.
+const NEW_TABLE_FRAME: usize = 5;
 /// Tiny's base page (4 KiB).
 const PS: u64 = 4096;
 
@@ -38,11 +42,17 @@ pub struct LoomMem {
 }
 
 impl LoomMem {
-    fn new() -> Self {
+    /// Frames of zeroes, but for the one the new table will get: a recycled
+    /// page holding a stale leaf at page `stale`'s slot.
+    fn new(stale: u64) -> Self {
+        let words: Vec<AtomicU64> = (0..FRAMES * SLOT_WORDS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let slot = ((stale / PS) % 8) as usize;
+        let entry = TinyEntry::new_leaf(frame(0xdead_0000), MapFlags::WRITE, 3).raw();
+        words[NEW_TABLE_FRAME * SLOT_WORDS + slot].store(entry, Ordering::Relaxed);
         LoomMem {
-            words: (0..FRAMES * SLOT_WORDS)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            words,
             next: AtomicUsize::new(0),
             freed: AtomicUsize::new(0),
         }
@@ -131,13 +141,18 @@ fn map_locked(w: &Mutex<W>, a: u64) {
         .unwrap();
 }
 
-/// The unlocked owner of `a`: map, read back, zap. In a new table it maps
-/// once the locked owner's table is visible, retrying until then: loom keeps
-/// only the last access to each atomic, so a first attempt that declines
-/// (and falls back to the locked walker) would hide from it the race
-/// between the table's link and its count that this model is about.
+/// The unlocked owner of `a`: look, map, read back, zap. Before its map
+/// the page must be absent, whatever the page under a new table held
+/// before. In a new table it maps once the locked owner's table is
+/// visible, retrying until then: loom keeps only the last access to each
+/// atomic, so a first attempt that declines (and falls back to the locked
+/// walker) would hide from it the race between the table's link and its
+/// zeroing that this model is about.
 fn unlocked_owner(table: Table, lp: Path, a: u64) {
     loop {
+        if let Some(t) = lp.translate(va(a)) {
+            panic!("a stale entry at {a:#x} through a new link: {t:?}");
+        }
         match lp.map(va(a), &[frame(a)], MapFlags::WRITE) {
             Ok(true) => break,
             Ok(false) if table == Table::New => thread::yield_now(),
@@ -170,7 +185,7 @@ pub fn leaf_path_beside_locked_walker(table: Table) {
     loom::model(move || {
         // `loom::thread::spawn` wants 'static; one small leak per
         // execution is the price of sharing the frame source.
-        let mem: &'static LoomMem = Box::leak(Box::new(LoomMem::new()));
+        let mem: &'static LoomMem = Box::leak(Box::new(LoomMem::new(a)));
         let mut w: W = Walker::new(mem).unwrap();
         w.map_range(va(C), Frames::List(&[frame(C)]), MapFlags::WRITE)
             .unwrap();

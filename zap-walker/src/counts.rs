@@ -28,17 +28,45 @@ const MIN_BYTES: u64 = 128;
 const SLOT_BYTES: u64 = 16;
 
 /// The per-table live counts (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LiveCounts {
     /// The store's pages (absent until the first table is counted).
     base: Option<PhysAddr>,
+    /// Their words, through the frame source's `PhysMap` (a fixed mapping:
+    /// looked up once per allocation, not per access).
+    words: *const AtomicU64,
     /// Slots, a power of two (0 while absent).
     cap: usize,
     /// Tables counted.
     len: usize,
     /// Bytes allocated for the slots.
     bytes: u64,
+    /// Bumped whenever members may have moved (a removal's backward shift,
+    /// a growth): a slot index found before is still right while it is the
+    /// same.
+    moves: u64,
 }
+
+impl Default for LiveCounts {
+    fn default() -> Self {
+        LiveCounts {
+            base: None,
+            words: core::ptr::null(),
+            cap: 0,
+            len: 0,
+            bytes: 0,
+            moves: 0,
+        }
+    }
+}
+
+// SAFETY: the words are frame memory this store allocated and alone uses;
+// the pointer is only dereferenced through `&self`/`&mut self` (the walker's
+// owner), so moving the store to or sharing it with another thread is as
+// safe as for the `Vec` it stands in for.
+unsafe impl Send for LiveCounts {}
+// SAFETY: as for `Send`: `&self` methods only read.
+unsafe impl Sync for LiveCounts {}
 
 impl LiveCounts {
     /// Bytes of frame memory held.
@@ -57,22 +85,21 @@ impl LiveCounts {
         self.len == 0
     }
 
+    /// See the field: equal values mean slot indexes found in between hold.
     #[inline]
-    fn slots<M: PhysMap + ?Sized>(&self, mem: &M) -> *const AtomicU64 {
-        match self.base {
-            Some(pa) => mem.phys_to_ptr(pa) as *const AtomicU64,
-            None => core::ptr::null(),
-        }
+    pub(crate) fn moves(&self) -> u64 {
+        self.moves
     }
 
     #[inline]
-    fn word<'a>(slots: *const AtomicU64, i: usize) -> &'a AtomicU64 {
-        // SAFETY: `slots` is the start of this store's `cap * 2` words,
+    fn word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < 2 * self.cap);
+        // SAFETY: `words` is the start of this store's `cap * 2` words,
         // allocated from the frame source (8-byte aligned, live until the
-        // store is freed) and reached through its `PhysMap`; callers pass
-        // `i < cap * 2` (slot indexes are masked with `cap - 1`). Only the
-        // walker's owner accesses them, always as atomics.
-        unsafe { &*slots.add(i) }
+        // store is released) and reached through its `PhysMap`; callers
+        // pass `i < cap * 2` (slot indexes are masked with `cap - 1`). Only
+        // the walker's owner accesses them, always as atomics.
+        unsafe { &*self.words.add(i) }
     }
 
     #[inline]
@@ -85,12 +112,12 @@ impl LiveCounts {
 
     /// The slot holding `table`, or the empty slot where it would go.
     #[inline]
-    fn find(&self, slots: *const AtomicU64, table: PhysAddr) -> (usize, bool) {
+    fn probe(&self, table: PhysAddr) -> (usize, bool) {
         let key = table.as_u64() | 1;
         let mask = self.cap - 1;
         let mut i = self.home(key);
         loop {
-            let k = Self::word(slots, 2 * i).load(Ordering::Relaxed);
+            let k = self.word(2 * i).load(Ordering::Relaxed);
             if k == key {
                 return (i, true);
             }
@@ -101,54 +128,66 @@ impl LiveCounts {
         }
     }
 
-    /// The count of `table`, if it is counted.
+    /// The slot counting `table`, if it is counted.
     #[inline]
-    pub(crate) fn get<M: PhysMap + ?Sized>(&self, mem: &M, table: PhysAddr) -> Option<u64> {
+    pub(crate) fn find(&self, table: PhysAddr) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
-        let slots = self.slots(mem);
-        match self.find(slots, table) {
-            (i, true) => Some(Self::word(slots, 2 * i + 1).load(Ordering::Relaxed)),
+        match self.probe(table) {
+            (i, true) => Some(i),
             _ => None,
         }
     }
 
-    /// Sets the count of `table`, counting it if it was not. The caller
-    /// [`reserve`](Self::reserve)d room for it.
+    /// The value in `slot`.
     #[inline]
-    pub(crate) fn set<M: PhysMap + ?Sized>(&mut self, mem: &M, table: PhysAddr, n: u64) {
-        debug_assert!(
-            2 * (self.len + 1) <= self.cap,
-            "LiveCounts::set without reserve"
-        );
-        let slots = self.slots(mem);
-        let (i, found) = self.find(slots, table);
-        if !found {
-            Self::word(slots, 2 * i).store(table.as_u64() | 1, Ordering::Relaxed);
-            self.len += 1;
-        }
-        Self::word(slots, 2 * i + 1).store(n, Ordering::Relaxed);
+    pub(crate) fn value(&self, slot: usize) -> u64 {
+        self.word(2 * slot + 1).load(Ordering::Relaxed)
     }
 
-    /// Stops counting `table` (freed, or no longer the walker's to count).
-    pub(crate) fn remove<M: PhysMap + ?Sized>(&mut self, mem: &M, table: PhysAddr) {
-        if self.len == 0 {
-            return;
-        }
-        let slots = self.slots(mem);
-        let (mut hole, found) = self.find(slots, table);
+    /// Sets the value in `slot`.
+    #[inline]
+    pub(crate) fn set_value(&mut self, slot: usize, v: u64) {
+        self.word(2 * slot + 1).store(v, Ordering::Relaxed)
+    }
+
+    /// The value of `table`, if it is counted.
+    #[inline]
+    pub(crate) fn get(&self, table: PhysAddr) -> Option<u64> {
+        self.find(table).map(|i| self.value(i))
+    }
+
+    /// Sets the value of `table`, counting it if it was not; its slot. The
+    /// caller [`reserve`](Self::reserve)d room for it. Moves no member.
+    #[inline]
+    pub(crate) fn insert(&mut self, table: PhysAddr, v: u64) -> usize {
+        debug_assert!(
+            2 * (self.len + 1) <= self.cap,
+            "LiveCounts::insert without reserve"
+        );
+        let (i, found) = self.probe(table);
         if !found {
-            return;
+            self.word(2 * i)
+                .store(table.as_u64() | 1, Ordering::Relaxed);
+            self.len += 1;
         }
+        self.set_value(i, v);
+        i
+    }
+
+    /// Stops counting the table in `slot`.
+    #[inline]
+    pub(crate) fn remove_at(&mut self, slot: usize) {
         self.len -= 1;
         // Backward-shift deletion: move later members of the probe run into
         // the hole while that keeps them reachable from their home slot.
         let mask = self.cap - 1;
+        let mut hole = slot;
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let k = Self::word(slots, 2 * j).load(Ordering::Relaxed);
+            let k = self.word(2 * j).load(Ordering::Relaxed);
             if k == 0 {
                 break;
             }
@@ -160,27 +199,47 @@ impl LiveCounts {
                 home <= hole && home > j
             };
             if reachable {
-                let v = Self::word(slots, 2 * j + 1).load(Ordering::Relaxed);
-                Self::word(slots, 2 * hole).store(k, Ordering::Relaxed);
-                Self::word(slots, 2 * hole + 1).store(v, Ordering::Relaxed);
+                let v = self.value(j);
+                self.word(2 * hole).store(k, Ordering::Relaxed);
+                self.set_value(hole, v);
                 hole = j;
+                self.moves += 1;
             }
         }
-        Self::word(slots, 2 * hole).store(0, Ordering::Relaxed);
-        Self::word(slots, 2 * hole + 1).store(0, Ordering::Relaxed);
+        self.word(2 * hole).store(0, Ordering::Relaxed);
+        self.set_value(hole, 0);
+    }
+
+    /// Stops counting `table` if it is counted.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn remove(&mut self, table: PhysAddr) {
+        if let Some(i) = self.find(table) {
+            self.remove_at(i);
+        }
     }
 
     /// Makes room for `extra` more tables (load at most one half), growing
     /// the store from `mem`. On failure nothing changed.
+    #[inline]
     pub(crate) fn reserve<M: FrameSource + PhysMap + ?Sized>(
         &mut self,
         mem: &M,
         extra: usize,
     ) -> Result<(), FrameError> {
-        let want = (self.len + extra) * 2;
-        if want <= self.cap {
+        if (self.len + extra) * 2 <= self.cap {
             return Ok(());
         }
+        self.grow(mem, extra)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow<M: FrameSource + PhysMap + ?Sized>(
+        &mut self,
+        mem: &M,
+        extra: usize,
+    ) -> Result<(), FrameError> {
+        let want = (self.len + extra) * 2;
         let min = MIN_BYTES.max(mem.granule()) / SLOT_BYTES;
         let cap = (want as u64).next_power_of_two().max(min);
         let bytes = cap * SLOT_BYTES;
@@ -190,22 +249,18 @@ impl LiveCounts {
             self,
             LiveCounts {
                 base: Some(pa),
+                words: mem.phys_to_ptr(pa) as *const AtomicU64,
                 cap: cap as usize,
                 len: 0,
                 bytes,
+                moves: self.moves + 1,
             },
         );
         if let Some(old_pa) = old.base {
-            let old_slots = old.slots(mem);
-            let new_slots = self.slots(mem);
             for i in 0..old.cap {
-                let k = Self::word(old_slots, 2 * i).load(Ordering::Relaxed);
+                let k = old.word(2 * i).load(Ordering::Relaxed);
                 if k != 0 {
-                    let v = Self::word(old_slots, 2 * i + 1).load(Ordering::Relaxed);
-                    let (j, _) = self.find(new_slots, PhysAddr::new(k & !1));
-                    Self::word(new_slots, 2 * j).store(k, Ordering::Relaxed);
-                    Self::word(new_slots, 2 * j + 1).store(v, Ordering::Relaxed);
-                    self.len += 1;
+                    self.insert(PhysAddr::new(k & !1), old.value(i));
                 }
             }
             // The old pages came from this source; if it refuses them back
@@ -221,7 +276,14 @@ impl LiveCounts {
         &mut self,
         mem: &M,
     ) -> Result<(), (PhysAddr, FrameError)> {
-        let old = core::mem::take(self);
+        let moves = self.moves + 1;
+        let old = core::mem::replace(
+            self,
+            LiveCounts {
+                moves,
+                ..LiveCounts::default()
+            },
+        );
         match old.base {
             Some(pa) => mem.free(pa, old.bytes).map_err(|e| (pa, e)),
             None => Ok(()),
@@ -246,7 +308,9 @@ pub(crate) fn zero_words<M: PhysMap + ?Sized>(mem: &M, pa: PhysAddr, bytes: u64)
 pub(crate) fn zero_words<M: PhysMap + ?Sized>(mem: &M, pa: PhysAddr, bytes: u64) {
     let p = mem.phys_to_ptr(pa) as *const AtomicU64;
     for i in 0..(bytes / 8) as usize {
-        LiveCounts::word(p, i).store(0, Ordering::Relaxed);
+        // SAFETY: the source just handed out `bytes` bytes at `pa`, 8-byte
+        // aligned words reached through `p`; `i < bytes / 8`.
+        unsafe { &*p.add(i) }.store(0, Ordering::Relaxed);
     }
 }
 
@@ -275,30 +339,27 @@ mod tests {
             match step % 5 {
                 0 | 1 => {
                     c.reserve(&mem, 1).unwrap();
-                    c.set(&mem, pa, step);
+                    c.insert(pa, step);
                     model.insert(table, step);
                 }
                 2 if model.contains_key(&table) => {
-                    let v = c.get(&mem, pa).unwrap();
-                    c.set(&mem, pa, v + 3);
+                    let i = c.find(pa).unwrap();
+                    c.set_value(i, c.value(i) + 3);
                     *model.get_mut(&table).unwrap() += 3;
                 }
                 _ => {
-                    c.remove(&mem, pa);
+                    c.remove(pa);
                     model.remove(&table);
                 }
             }
             assert_eq!(c.len(), model.len());
         }
         for (&k, &v) in &model {
-            assert_eq!(c.get(&mem, PhysAddr::new(k)), Some(v));
+            assert_eq!(c.get(PhysAddr::new(k)), Some(v));
         }
         for k in 0..2000u64 {
             let table = PhysArena::BASE.as_u64() + k * 4096;
-            assert_eq!(
-                c.get(&mem, PhysAddr::new(table)),
-                model.get(&table).copied()
-            );
+            assert_eq!(c.get(PhysAddr::new(table)), model.get(&table).copied());
         }
         assert!(c.bytes() > 4096, "grew past one page");
         c.release(&mem).unwrap();
@@ -311,12 +372,12 @@ mod tests {
         let mut c = LiveCounts::default();
         c.reserve(&mem, 100).unwrap(); // 4 KiB: 256 slots
         for k in 0..128u64 {
-            c.set(&mem, PhysAddr::new(k * 4096), k);
+            c.insert(PhysAddr::new(k * 4096), k);
         }
         let hog = mem.alloc(4096, 4096).unwrap();
         assert!(c.reserve(&mem, 1).is_err());
         assert_eq!(c.len(), 128);
-        assert_eq!(c.get(&mem, PhysAddr::new(5 * 4096)), Some(5));
+        assert_eq!(c.get(PhysAddr::new(5 * 4096)), Some(5));
         mem.free(hog, 4096).unwrap();
         c.release(&mem).unwrap();
     }

@@ -232,10 +232,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         // `t`'s count before any write (counting it now if other code
         // linked it), and room for the counts of the tables missing below.
         let missing = last - level;
-        let t_live = if level == 0 {
-            self.root_live[h]
+        let t_count = if level == 0 {
+            None
         } else {
-            self.live_of(t_pa, level, self.table_base(start, level))?
+            Some(self.count_of(t_pa, level, start)?)
         };
         // The tables missing below `level`, top first, then room for their
         // counts (last, so that a source that runs dry on the tables leaves
@@ -268,10 +268,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.stats.leaves_mapped += pages;
         // What `t` gains: the pages, or the link to the first new table.
         let gained = if missing == 0 { pages } else { 1 };
-        if level == 0 {
-            self.root_live[h] += gained;
-        } else if t_live != UNCOUNTED {
-            self.set_live(t_pa, level, t_live + gained);
+        match t_count {
+            None => self.root_live[h] += gained,
+            Some(c) if c.n != UNCOUNTED => self.store_count(&c, c.n + gained),
+            Some(_) => {}
         }
         if missing == 0 {
             return Ok(());
@@ -338,7 +338,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     });
                 }
                 EntryKind::Table if level < last => {
-                    if self.counted(level + 1) && self.counts.get(self.mem, e.addr()).is_none() {
+                    if self.counted(level + 1) && self.counts.find(e.addr()).is_none() {
                         need[0] += 1;
                     }
                     let child = self.table(e.addr(), level + 1);
@@ -420,17 +420,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 }
                 EntryKind::Table => {
                     let child_pa = e.addr();
-                    let base = addr & !(L::entry_span(level) - 1);
                     // Room for a count met here for the first time was
                     // reserved by the plan.
-                    let before = self.live_of(child_pa, level + 1, base)?;
-                    let mut child_live = if before == UNCOUNTED { 0 } else { before };
+                    let c = self.count_of(child_pa, level + 1, addr)?;
+                    let mut child_live = if c.n == UNCOUNTED { 0 } else { c.n };
                     let child = self.table(child_pa, level + 1);
                     let r =
                         self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    if before != UNCOUNTED {
-                        self.set_live(child_pa, level + 1, child_live);
-                    }
+                    self.store_count(&c, child_live);
                     r?;
                 }
                 EntryKind::Leaf => {

@@ -92,6 +92,18 @@ pub(crate) const UNCOUNTED: u64 = u64::MAX;
 /// Marks, in the side store, a table the walker allocated (it may free it).
 const OURS: u64 = 1 << 63;
 
+/// A table's live count as a walk read it, and where it is kept.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Count {
+    pa: PhysAddr,
+    /// Its slot in the side store (`None`: the table keeps no count).
+    slot: Option<usize>,
+    /// The store's `moves` when `slot` was found.
+    moves: u64,
+    /// The count ([`UNCOUNTED`] when the table keeps none).
+    pub(crate) n: u64,
+}
+
 /// A table page as the walker sees it: its entries, read by the MMU too.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableRef {
@@ -501,36 +513,51 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         va & !(span - 1)
     }
 
-    /// The live count of the table at `pa` of `level` (> 0) whose span
-    /// starts at `base`: [`UNCOUNTED`] if that level keeps none, and a
-    /// table met for the first time (linked by other code) is counted now,
-    /// by one scan. Fails only when the side store cannot grow for it.
-    #[inline]
-    pub(crate) fn live_of(
+    /// The live count of the table at `pa` of `level` (> 0) that
+    /// translates `va`, with where it is kept: [`UNCOUNTED`] if that level
+    /// keeps none, and a table met for the first time (linked by other
+    /// code) is counted now, by one scan. Fails only when the side store
+    /// cannot grow for it.
+    #[inline(always)]
+    pub(crate) fn count_of(
         &mut self,
         pa: PhysAddr,
         level: usize,
-        base: u64,
-    ) -> Result<u64, WalkError> {
-        if !self.counted(level) {
-            return Ok(UNCOUNTED);
-        }
-        match self.counts.get(self.mem, pa) {
-            Some(v) => Ok(v & !OURS),
-            None => self.adopt_table(pa, level, base),
+        va: u64,
+    ) -> Result<Count, WalkError> {
+        let slot = if !self.counted(level) {
+            None
+        } else if let Some(i) = self.counts.find(pa) {
+            Some(i)
+        } else {
+            Some(self.adopt_table(pa, level, self.table_base(va, level))?)
+        };
+        Ok(Count {
+            pa,
+            slot,
+            moves: self.counts.moves(),
+            n: slot.map_or(UNCOUNTED, |i| self.counts.value(i) & !OURS),
+        })
+    }
+
+    /// The slot of `c` now (found again if members moved since).
+    #[inline]
+    fn slot(&self, c: &Count) -> Option<usize> {
+        let i = c.slot?;
+        if c.moves == self.counts.moves() {
+            Some(i)
+        } else {
+            self.counts.find(c.pa)
         }
     }
 
-    /// Sets the live count of the counted table `pa` at `level` (no-op for
-    /// an uncounted level), keeping whether it is the walker's.
+    /// Sets the count `c` refers to (no-op for an uncounted table),
+    /// keeping whether the table is the walker's.
     #[inline]
-    pub(crate) fn set_live(&mut self, pa: PhysAddr, level: usize, n: u64) {
-        if self.counted(level) {
-            let mem = self.mem;
-            match self.counts.get(mem, pa) {
-                Some(v) => self.counts.set(mem, pa, (v & OURS) | n),
-                None => debug_assert!(false, "set_live of an uncounted table {pa:?}"),
-            }
+    pub(crate) fn store_count(&mut self, c: &Count, n: u64) {
+        if let Some(i) = self.slot(c) {
+            let v = self.counts.value(i);
+            self.counts.set_value(i, (v & OURS) | n);
         }
     }
 
@@ -538,7 +565,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     #[inline]
     pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
         if self.counted(level) {
-            self.counts.set(self.mem, pa, OURS | n);
+            self.counts.insert(pa, OURS | n);
         }
     }
 
@@ -548,19 +575,21 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         self.counts.reserve(self.mem, tables)
     }
 
-    /// Whether a zap may free the table at `pa` whose span (at `level`)
-    /// starts at `base`: the walker allocated it and all of it lies in the
-    /// window. Forgets its count when it may.
-    pub(crate) fn take_if_ours(&mut self, pa: PhysAddr, level: usize, base: u64) -> bool {
+    /// Whether a zap may free the table `c` refers to, of `level`, whose
+    /// span starts at `base`: the walker allocated it and all of it lies in
+    /// the window. Forgets its count when it may.
+    pub(crate) fn take_if_ours(&mut self, c: &Count, level: usize, base: u64) -> bool {
         let last = base.wrapping_add(L::entry_span(level - 1) - 1);
         if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
             return false;
         }
-        let ours = self.counts.get(self.mem, pa).is_some_and(|v| v & OURS != 0);
-        if ours {
-            self.counts.remove(self.mem, pa);
+        match self.slot(c) {
+            Some(i) if self.counts.value(i) & OURS != 0 => {
+                self.counts.remove_at(i);
+                true
+            }
+            _ => false,
         }
-        ours
     }
 
     /// The first address entry `i` of the table at `level` whose span
@@ -601,12 +630,13 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             .count() as u64
     }
 
-    /// Counts a table met for the first time (not the walker's).
-    fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
+    /// Counts a table met for the first time (not the walker's); its slot.
+    #[cold]
+    #[inline(never)]
+    fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<usize, WalkError> {
         let n = self.scan(pa, level, base);
         self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
-        self.counts.set(self.mem, pa, n);
-        Ok(n)
+        Ok(self.counts.insert(pa, n))
     }
 
     /// Counts every table below `pa` inside the window (and `pa` itself
@@ -631,7 +661,8 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         if !self.counted(level) {
             return Ok(UNCOUNTED);
         }
-        self.adopt_table(pa, level, base)
+        let slot = self.adopt_table(pa, level, base)?;
+        Ok(self.counts.value(slot))
     }
 
     /// Counts the window again from the tables as they are, after other code
@@ -690,9 +721,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         if level == 0 || !self.counted(level) {
             return Ok(n);
         }
-        let ours = old.get(self.mem, pa).unwrap_or(0) & OURS;
+        let ours = old.get(pa).unwrap_or(0) & OURS;
         self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
-        self.counts.set(self.mem, pa, ours | n);
+        self.counts.insert(pa, ours | n);
         Ok(n)
     }
 
@@ -811,7 +842,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
                         addr: VirtAddr::new(va),
                     });
                     if self.counted(level + 1) {
-                        match self.counts.get(self.mem, e.addr()) {
+                        match self.counts.get(e.addr()) {
                             Some(v) if v & !OURS == n => {}
                             _ => return corrupt,
                         }

@@ -195,17 +195,18 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let child = self.table(child_pa, level + 1);
         let span = L::entry_span(level);
         let block = addr & !(span - 1);
-        let before = self.live_of(child_pa, level + 1, block)?;
-        let mut child_live = before;
+        let c = self.count_of(child_pa, level + 1, addr)?;
+        let mut child_live = c.n;
         let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
-        if before != UNCOUNTED {
-            self.set_live(child_pa, level + 1, child_live);
+        let free = r.is_ok()
+            && child_live == 0
+            && self.free_empty_tables
+            && self.take_if_ours(&c, level + 1, block);
+        if !free && c.n != UNCOUNTED {
+            self.store_count(&c, child_live);
         }
         let reached = r?;
-        if child_live == 0
-            && self.free_empty_tables
-            && self.take_if_ours(child_pa, level + 1, block)
-        {
+        if free {
             #[cfg(feature = "debug")]
             if !child.all_zero() {
                 return Err(WalkError::Corrupt {

@@ -755,10 +755,10 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             return Ok(());
         }
         if start < self.window[0] || end - 1 > self.window[1] {
-            let addr = if start < self.window[0] {
+            let addr = if start < self.window[0] || start > self.window[1] {
                 start
             } else {
-                end - 1
+                self.window[1] + 1
             };
             return Err(WalkError::OutsideWindow {
                 addr: VirtAddr::new(addr),

@@ -96,7 +96,6 @@ mod x86 {
         let mut outside = map_pages(&arena, 0xffff_8880_0000_0000, 4, &mut map);
         outside.extend(map_pages(&arena, 0x4000_0000, 4, &mut map));
         outside.extend(map_pages(&arena, WINDOW_END, 2, &mut map));
-        drop(map);
 
         // SAFETY: `root` is the PML4 just built, in arena memory; only the
         // walker writes inside the window from now on.
@@ -185,9 +184,10 @@ mod x86 {
         let root = frame(&arena);
         // SAFETY: a zeroed arena frame is an empty PML4.
         unsafe { arena.phys_to_ptr(root).write_bytes(0, PS as usize) };
-        // SAFETY (each): as above.
-        let attach = |r: PhysAddr, s: u64, e: u64| unsafe {
-            Walker::<X86_64Pml4, _>::attach(&arena, r, va(s)..va(e)).map(|_| ())
+        let attach = |r: PhysAddr, s: u64, e: u64| {
+            // SAFETY: an empty PML4 in arena memory (or a misaligned
+            // address, which `attach` refuses before reading anything).
+            unsafe { Walker::<X86_64Pml4, _>::attach(&arena, r, va(s)..va(e)) }.map(|_| ())
         };
         assert_eq!(
             attach(root, WINDOW + 1, WINDOW_END),
@@ -292,7 +292,6 @@ mod aarch64 {
         inside.extend(map_pages(&arena, WINDOW + (5 << 21), 2, &mut map));
         let mut outside = map_pages(&arena, 0xffff_8000_0000_0000, 3, &mut map);
         outside.extend(map_pages(&arena, WINDOW_END, 2, &mut map));
-        drop(map);
         let root = PhysAddr::new(m.root_address().0 as u64);
 
         // SAFETY: `root` is the crate's TTBR1 table in arena memory; only

@@ -31,6 +31,8 @@ mod request;
 mod space;
 #[cfg(feature = "stats")]
 mod stats;
+#[cfg(feature = "alloc")]
+mod sync;
 mod tree;
 
 #[cfg(feature = "alloc")]

@@ -15,8 +15,8 @@
 //! and the later add leaves pages counted that no list holds. The loom models
 //! (`tests/loom_lazy_purge*.rs`) check both orders.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use alloc::vec::Vec;
-use arch_api::sync::atomic::{AtomicU64, Ordering};
 use arch_api::sync::{Mutex, RawMutex};
 
 /// One lazily freed area on a lazy list.

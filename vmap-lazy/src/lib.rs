@@ -51,6 +51,8 @@ mod mapper;
 mod nodes;
 pub mod purge;
 #[cfg(feature = "alloc")]
+mod sync;
+#[cfg(feature = "alloc")]
 mod vmalloc;
 #[cfg(feature = "alloc")]
 mod vmap_block;

@@ -23,7 +23,8 @@
 //!   PTE writes), declining whatever needs a table.
 //!
 //! `LeafPath` is model-checked with loom (`tests/loom_leaf_path*.rs`): table
-//! words come from the `arch_api::sync` shim, so the model runs this code.
+//! words come from the crate's private loom shim (loom's atomics under
+//! `--cfg kmm_loom`), so the model runs this code.
 //!
 //! Start reading at `walker.rs` (tables, shadow counts, the root split), then
 //! `zap.rs` (the level function that returns the address it reached), then
@@ -39,10 +40,12 @@ mod errors;
 mod gather;
 mod leaf_path;
 #[cfg(kmm_loom)]
+#[doc(hidden)]
 pub mod loom_mutation;
 mod map;
 mod stats;
 mod stock;
+mod sync;
 mod translate;
 mod walker;
 mod zap;

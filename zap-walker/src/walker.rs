@@ -47,7 +47,7 @@
 use crate::errors::WalkError;
 use crate::stats::WalkStats;
 use crate::stock::TableStock;
-use arch_api::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use arch_api::{
     EntryKind, FrameError, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr,
     PhysMap, VirtAddr,

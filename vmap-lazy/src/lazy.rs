@@ -73,11 +73,6 @@ impl<R: RawMutex> LazyAccount<R> {
         }
     }
 
-    /// Number of per-node lists.
-    pub fn nodes(&self) -> usize {
-        self.lists.len()
-    }
-
     /// `vmap_lazy_nr`: pages lazily freed and not yet purged (the value may
     /// include areas being added right now).
     pub fn nr(&self) -> u64 {

@@ -70,7 +70,9 @@ pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
 #[cfg(feature = "alloc")]
 pub use info::{InfoLine, vmallocinfo};
-#[cfg(feature = "alloc")]
+// The lazy accounting, for the loom models only (`tests/loom_lazy_purge*.rs`).
+#[cfg(all(feature = "alloc", kmm_loom))]
+#[doc(hidden)]
 pub use lazy::{LazyAccount, LazyRange, PurgeBatch};
 #[cfg(feature = "alloc")]
 pub use mapper::NoFlush;

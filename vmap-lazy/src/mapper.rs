@@ -244,6 +244,7 @@ where
     /// this returns (the caller holds what a `vfree` of it must take), and no
     /// other CPU may access that byte meanwhile: then the frame behind `va`
     /// stays mapped and vmalloc's, and the write races with nothing.
+    #[cfg(feature = "testing")]
     pub(crate) unsafe fn write_byte_owned(
         &self,
         va: VirtAddr,
@@ -258,6 +259,7 @@ where
         unsafe { self.write_through(lp.translate(va), va, byte) }
     }
 
+    #[cfg(feature = "testing")]
     pub(crate) fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
         let pt = self.pt.lock();
         // SAFETY: the page-table lock is held across the translation and
@@ -278,6 +280,7 @@ where
     ///
     /// `t` must be `va`'s current translation, and its frame must stay
     /// mapped at `va`, and not be written by anyone else, until this returns.
+    #[cfg(feature = "testing")]
     unsafe fn write_through(
         &self,
         t: Option<Translation>,
@@ -295,6 +298,7 @@ where
         Ok(())
     }
 
+    #[cfg(feature = "testing")]
     pub(crate) fn read_byte(&self, va: VirtAddr) -> Result<u8, VmallocError> {
         let pt = self.pt.lock();
         let t = pt

@@ -15,7 +15,7 @@ use arch_api::{PageTableLayout, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
-use vmap_core::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+use vmap_core::{Augmented, FreeAreaCache, FreeVmapCache, Linear};
 use vmap_lazy::{
     Eager, LazyMaxPages, LookupCost, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocConfig,
     VmallocMem,
@@ -191,7 +191,7 @@ fn run_policy<L: PageTableLayout>(
         LoopPolicy::Vanilla => run_one::<L, LazyMaxPages, Linear>(common, args, n, LazyMaxPages),
         LoopPolicy::Eager => run_one::<L, Eager, Linear>(common, args, n, Eager),
         LoopPolicy::FreeAreaCache => {
-            run_one::<L, LazyMaxPages, FreeAreaCachePolicy>(common, args, n, LazyMaxPages)
+            run_one::<L, LazyMaxPages, FreeVmapCache>(common, args, n, LazyMaxPages)
         }
         LoopPolicy::Augmented => {
             run_one::<L, LazyMaxPages, Augmented>(common, args, n, LazyMaxPages)

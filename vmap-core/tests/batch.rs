@@ -4,8 +4,8 @@
 //! mixed orders.
 
 use vmap_core::{
-    Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr, VmapArea,
-    VmapError, VmapSpace,
+    Augmented, FreeAreaCache, FreeVmapCache, Linear, VecSource, VirtAddr, VmapArea, VmapError,
+    VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -105,7 +105,7 @@ fn orders() -> Vec<Vec<u64>> {
 fn batch_matches_one_at_a_time() {
     for addrs in orders() {
         check::<Linear>(&addrs);
-        check::<FreeAreaCachePolicy>(&addrs);
+        check::<FreeVmapCache>(&addrs);
         check::<Augmented>(&addrs);
     }
 }

@@ -9,8 +9,8 @@ mod common;
 
 use common::{Reference, Req, Rng, span};
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr,
-    VmapError, VmapSpace,
+    AllocRequest, Augmented, FreeAreaCache, FreeVmapCache, Linear, VecSource, VirtAddr, VmapError,
+    VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -98,7 +98,7 @@ fn to_request(r: &Req) -> AllocRequest {
 fn run(seed: u64, ops: usize) {
     let mut rng = Rng(seed);
     let mut lin = space::<Linear>();
-    let mut fac = space::<FreeAreaCachePolicy>();
+    let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     let mut freed: Vec<u64> = Vec::new();

@@ -3,7 +3,7 @@
 //! where it would have).
 
 use vmap_core::{
-    AllocRequest, Augmented, FixedPool, FreeAreaCache, FreeAreaCachePolicy, Linear, NodeSource,
+    AllocRequest, Augmented, FixedPool, FreeAreaCache, FreeVmapCache, Linear, NodeSource,
     VecSource, VirtAddr, VmapArea, VmapError, VmapSpace,
 };
 
@@ -43,7 +43,7 @@ fn expect_unchanged<F: FreeAreaCache>(req: AllocRequest, err: VmapError) {
 
 fn all_policies(req: AllocRequest, err: VmapError) {
     expect_unchanged::<Linear>(req, err);
-    expect_unchanged::<FreeAreaCachePolicy>(req, err);
+    expect_unchanged::<FreeVmapCache>(req, err);
     expect_unchanged::<Augmented>(req, err);
 }
 
@@ -212,7 +212,7 @@ fn free_errors<F: FreeAreaCache>() {
 #[test]
 fn unknown_and_double_free_are_not_found() {
     free_errors::<Linear>();
-    free_errors::<FreeAreaCachePolicy>();
+    free_errors::<FreeVmapCache>();
     free_errors::<Augmented>();
 }
 
@@ -249,7 +249,7 @@ fn exhaustion<F: FreeAreaCache>(cap_busy: usize) {
 #[test]
 fn node_pool_exhausted_is_an_error() {
     exhaustion::<Linear>(8);
-    exhaustion::<FreeAreaCachePolicy>(8);
+    exhaustion::<FreeVmapCache>(8);
     // 1 node for the initial block, then each exact page in the middle takes
     // a busy node and a split node.
     exhaustion::<Augmented>(3);

@@ -75,8 +75,6 @@ pub use info::{InfoLine, vmallocinfo};
 #[doc(hidden)]
 pub use lazy::{LazyAccount, LazyRange, PurgeBatch};
 #[cfg(feature = "alloc")]
-pub use mapper::NoFlush;
-#[cfg(feature = "alloc")]
 pub use nodes::{NodeLazy, NodeVmalloc};
 pub use purge::{Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy};
 #[cfg(feature = "alloc")]

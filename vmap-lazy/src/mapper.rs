@@ -17,12 +17,13 @@ use arch_api::sync::{Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use zap_walker::{Frames, Gather, LeafPath, Translation, Unbounded, WalkError, Walker};
 
-/// A TLB "flush" that does nothing: how `vfree` clears page-table entries
-/// without flushing (the flush is deferred to the purge).
+/// The flush of a `vfree`, deferred: the gather's flush does nothing here
+/// because `purge_vmap_area_lazy` flushes the range later, once for every
+/// lazy area (Linux's `vunmap_range_noflush`). Not "no flush needed".
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoFlush;
+pub(crate) struct DeferredFlush;
 
-impl TlbFlush for NoFlush {
+impl TlbFlush for DeferredFlush {
     fn flush_page(&self, _: VirtAddr) {}
     fn flush_all(&self) {}
     fn flush_range(&self, _: VirtAddr, _: VirtAddr, _: u64) {}
@@ -185,7 +186,7 @@ where
             }
         }
         self.mem.set_keep_frees(keep_frames);
-        let mut gather: Gather<NoFlush, 64> = Gather::new(NoFlush);
+        let mut gather: Gather<DeferredFlush, 64> = Gather::new(DeferredFlush);
         let r = pt.zap_range(start, end, &mut Unbounded::new(L::PAGE_SIZE), &mut gather);
         self.mem.set_keep_frees(false);
         r.map(|_| ()).map_err(VmallocError::Unmap)

@@ -6,7 +6,7 @@ mod common;
 
 use arch_api::{PhysArena, SoftTlb, SoftTlbCpu};
 use common::*;
-use vmap_core::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+use vmap_core::{Augmented, FreeAreaCache, FreeVmapCache, Linear};
 use vmap_lazy::{
     Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
 };
@@ -60,7 +60,7 @@ fn shipped_policies_report_no_stale_tlb_violation() {
     );
     assert_eq!(run::<Eager, Linear>(Eager, 500, 4), (0, 500));
     assert_eq!(
-        run::<LazyMaxPages, FreeAreaCachePolicy>(LazyMaxPages, 3000, 4),
+        run::<LazyMaxPages, FreeVmapCache>(LazyMaxPages, 3000, 4),
         (0, 3000)
     );
     assert_eq!(

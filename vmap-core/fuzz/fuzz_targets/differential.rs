@@ -10,7 +10,7 @@ mod common;
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr,
+    AllocRequest, Augmented, FreeAreaCache, FreeVmapCache, Linear, VecSource, VirtAddr,
     VmapSpace,
 };
 
@@ -30,7 +30,7 @@ fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
 
 fuzz_target!(|data: &[u8]| {
     let mut lin = space::<Linear>();
-    let mut fac = space::<FreeAreaCachePolicy>();
+    let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     for op in data.chunks_exact(6) {

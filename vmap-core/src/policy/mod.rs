@@ -1,15 +1,15 @@
 //! The `FreeAreaCache` seam: how the lowest fitting free block is found.
 //!
 //! Three policies, one file each, all producing exactly the same placement:
-//! [`Linear`] (the 2010 baseline), [`FreeAreaCachePolicy`] (the 2010 fix) and
+//! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix) and
 //! [`Augmented`] (the default: a free tree with subtree maxima).
 
 mod augmented;
-mod free_area_cache;
+mod free_vmap_cache;
 mod linear;
 
 pub use augmented::Augmented;
-pub use free_area_cache::FreeAreaCachePolicy;
+pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
 
 use crate::error::VmapError;
@@ -122,7 +122,7 @@ pub trait FreeAreaCache: Sized {
 /// Walks the busy tree from `addr` (the first candidate) and `first` (the
 /// first busy area that may be in the way) over busy areas until a gap fits;
 /// records the largest skipped hole in `hole`. Shared by `linear` and
-/// `free_area_cache`: this is the 2010 search loop.
+/// `free_vmap_cache`: this is the 2010 search loop.
 #[inline]
 pub(crate) fn walk<S: NodeSource>(
     s: &S,

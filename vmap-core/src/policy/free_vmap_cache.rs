@@ -25,9 +25,10 @@ use crate::error::VmapError;
 use crate::node::{NIL, NodeIdx, NodeSource};
 use crate::request::Fit;
 
-/// The 2010 free area cache.
+/// The 2010 fix: Linux's `free_vmap_cache` (2.6.36), the last allocated
+/// area and the largest hole skipped below it, with the reviewer's rules.
 #[derive(Debug)]
-pub struct FreeAreaCachePolicy {
+pub struct FreeVmapCache {
     /// `free_vmap_cache`: a busy node, or `NIL`.
     cache: NodeIdx,
     cached_hole_size: u64,
@@ -37,7 +38,7 @@ pub struct FreeAreaCachePolicy {
     pending: bool,
 }
 
-impl FreeAreaCache for FreeAreaCachePolicy {
+impl FreeAreaCache for FreeVmapCache {
     const NAME: &'static str = "free-area-cache";
 
     fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {

@@ -20,7 +20,7 @@
 //! and leave the cache alone: an allocation only shrinks holes, so the cache
 //! stays valid.
 
-use super::{BusyTree, FreeAreaCache, busy_range_free, walk};
+use super::{BusyTree, FreeAreaCache, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NIL, NodeIdx, NodeSource};
 use crate::request::Fit;
@@ -40,7 +40,9 @@ pub struct FreeVmapCache {
 
 impl FreeAreaCache for FreeVmapCache {
     const NAME: &'static str = "free-area-cache";
+}
 
+impl Search for FreeVmapCache {
     fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self {
             cache: NIL,

@@ -20,24 +20,27 @@ use crate::tree::{NoAug, Tree};
 /// The busy tree (`vmap_area_root`): allocated areas by address.
 pub type BusyTree = Tree<NoAug>;
 
-/// How a [`VmapSpace`](crate::VmapSpace) finds free blocks. The methods are
-/// the allocator's internal protocol (the types they take are crate-private),
-/// so the policies are chosen, not implemented, outside this crate.
+/// How a [`VmapSpace`](crate::VmapSpace) finds free blocks: [`Linear`],
+/// [`FreeVmapCache`] or [`Augmented`]. The trait is sealed (its methods are
+/// the allocator's internal protocol, over crate-private types), so the
+/// policies are chosen, not implemented, outside this crate.
+pub trait FreeAreaCache: Sized + Search {
+    /// The policy's name, as the harness prints it.
+    const NAME: &'static str;
+}
+
+/// The allocator's internal protocol behind [`FreeAreaCache`]: public in a
+/// private module, so nothing outside this crate can name or implement it.
 ///
 /// Protocol: `find_fit`/`find_exact` locate an address without changing the
 /// areas; `claim` takes it (the new busy node is passed so a policy can
 /// remember it); `release` gives a freed range back after its busy node was
 /// unlinked.
-pub trait FreeAreaCache: Sized {
-    /// The policy's name, as the harness prints it.
-    const NAME: &'static str;
-
+pub trait Search: Sized {
     /// Sets up the policy for an empty space `[start, end)`.
-    #[doc(hidden)]
     fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
 
     /// The lowest address satisfying `fit`, or `None`; counts visited nodes.
-    #[doc(hidden)]
     fn find_fit<S: NodeSource>(
         &mut self,
         s: &S,
@@ -47,7 +50,6 @@ pub trait FreeAreaCache: Sized {
     ) -> Option<u64>;
 
     /// Whether `[a, a + size)` is entirely free.
-    #[doc(hidden)]
     fn find_exact<S: NodeSource>(
         &mut self,
         s: &S,
@@ -59,7 +61,6 @@ pub trait FreeAreaCache: Sized {
 
     /// Takes `[a, a + size)` found by the last `find_*` call; `node` is the
     /// busy node about to be linked. On error nothing changed.
-    #[doc(hidden)]
     fn claim<S: NodeSource>(
         &mut self,
         s: &mut S,
@@ -72,7 +73,6 @@ pub trait FreeAreaCache: Sized {
     /// [`claim`](Self::claim), range set, not yet in the busy tree): `NIL`
     /// when none, `None` when the policy does not know, so the busy tree is
     /// searched from its root.
-    #[doc(hidden)]
     #[inline]
     fn busy_pred<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
@@ -80,7 +80,6 @@ pub trait FreeAreaCache: Sized {
 
     /// The busy area just above the busy `node` (`NIL` when none), or
     /// `None` when the policy does not know without a search.
-    #[doc(hidden)]
     #[inline]
     fn busy_after<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
@@ -89,7 +88,6 @@ pub trait FreeAreaCache: Sized {
     /// Whether the next [`release`](Self::release) needs the freed area's
     /// busy predecessor (looked up before the node is unlinked; skipped when
     /// the policy has no use for it).
-    #[doc(hidden)]
     fn wants_prev(&self) -> bool {
         true
     }
@@ -98,7 +96,6 @@ pub trait FreeAreaCache: Sized {
     /// contents intact) and `prev` was its busy predecessor (`NIL` if
     /// [`wants_prev`](Self::wants_prev) said no). Returns whether
     /// the policy kept `freed` (otherwise the caller frees it).
-    #[doc(hidden)]
     fn release<S: NodeSource>(
         &mut self,
         s: &mut S,
@@ -109,7 +106,6 @@ pub trait FreeAreaCache: Sized {
     ) -> bool;
 
     /// The policy's own invariants, given the busy tree.
-    #[doc(hidden)]
     fn check<S: NodeSource>(
         &self,
         s: &S,

@@ -8,7 +8,7 @@
 //! ([`VmapError`]). Tree nodes come from the caller ([`NodeSource`]): no
 //! global state and no heap unless the `alloc` feature is on.
 //!
-//! The seam is [`FreeAreaCache`]: how a free block is found. Three policies,
+//! The seam is [`FreeAreaSearch`]: how a free block is found. Three policies,
 //! identical placement: [`Linear`] (2010 baseline), [`FreeVmapCache`]
 //! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
 //!
@@ -47,7 +47,7 @@ pub use error::VmapError;
 #[cfg(feature = "alloc")]
 pub use node::VecSource;
 pub use node::{FixedPool, NodeIdx, NodeSource, TreeNode};
-pub use policy::{Augmented, FreeAreaCache, FreeVmapCache, Linear};
+pub use policy::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 pub use request::AllocRequest;
 #[cfg(feature = "alloc")]
 pub use sharded::{GlobalVmap, ShardedVmap, VmapNodes};

@@ -9,7 +9,7 @@ mod common;
 
 use common::{Reference, Req, Rng, span};
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeVmapCache, Linear, VecSource, VirtAddr, VmapError,
+    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapError,
     VmapSpace,
 };
 
@@ -17,7 +17,7 @@ const P: u64 = 0x1000;
 const BASE: u64 = 0x4000_0000;
 const PAGES: u64 = 1024;
 
-fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn space<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     VmapSpace::new(
         VirtAddr::new(BASE),
         VirtAddr::new(BASE + PAGES * P),

@@ -3,7 +3,7 @@
 //! where it would have).
 
 use vmap_core::{
-    AllocRequest, Augmented, FixedPool, FreeAreaCache, FreeVmapCache, Linear, NodeSource,
+    AllocRequest, Augmented, FixedPool, FreeAreaSearch, FreeVmapCache, Linear, NodeSource,
     VecSource, VirtAddr, VmapArea, VmapError, VmapSpace,
 };
 
@@ -16,7 +16,7 @@ fn va(x: u64) -> VirtAddr {
 }
 
 /// A space with a few areas and holes, plus a snapshot of its state.
-fn setup<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn setup<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     let mut s = VmapSpace::new(va(S), va(E), P, VecSource::new()).unwrap();
     for _ in 0..6 {
         s.alloc(2 * P, P, va(S), va(E)).unwrap();
@@ -26,12 +26,12 @@ fn setup<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
     s
 }
 
-fn snapshot<F: FreeAreaCache, N: NodeSource>(s: &VmapSpace<F, N>) -> (Vec<VmapArea>, u64) {
+fn snapshot<F: FreeAreaSearch, N: NodeSource>(s: &VmapSpace<F, N>) -> (Vec<VmapArea>, u64) {
     s.check_invariants().unwrap();
     (s.iter().collect(), s.free_bytes())
 }
 
-fn expect_unchanged<F: FreeAreaCache>(req: AllocRequest, err: VmapError) {
+fn expect_unchanged<F: FreeAreaSearch>(req: AllocRequest, err: VmapError) {
     let mut s = setup::<F>();
     let before = snapshot(&s);
     assert_eq!(s.alloc_request(&req), Err(err), "{}: {req:?}", F::NAME);
@@ -188,7 +188,7 @@ fn no_space_says_what_was_asked_and_where() {
     assert!(msg.contains("0x40000") && msg.contains("0x100000"), "{msg}");
 }
 
-fn free_errors<F: FreeAreaCache>() {
+fn free_errors<F: FreeAreaSearch>() {
     let mut s = setup::<F>();
     let before = snapshot(&s);
     for addr in [S + 2 * P, S + P, E + P, 0, S + 8 * P + 1] {
@@ -216,7 +216,7 @@ fn unknown_and_double_free_are_not_found() {
     free_errors::<Augmented>();
 }
 
-fn exhaustion<F: FreeAreaCache>(cap_busy: usize) {
+fn exhaustion<F: FreeAreaSearch>(cap_busy: usize) {
     let mut pool = FixedPool::<8>::new();
     let mut s = VmapSpace::<F, _>::new(va(S), va(E), P, &mut pool).unwrap();
     let mut got = Vec::new();

@@ -32,12 +32,12 @@ use alloc::vec::Vec;
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use core::sync::atomic::Ordering::Relaxed;
-use vmap_core::{Augmented, FreeAreaCache, VecSource, VmapError, VmapSpace};
+use vmap_core::{Augmented, FreeAreaSearch, VecSource, VmapError, VmapSpace};
 #[cfg(feature = "testing")]
 use zap_walker::Translation;
 
 /// The busy space and the table of areas (`vmap_area_lock`'s data).
-struct Kva<F: FreeAreaCache> {
+struct Kva<F: FreeAreaSearch> {
     space: VmapSpace<F, VecSource>,
     areas: AreaTable,
 }
@@ -50,7 +50,7 @@ pub struct Vmalloc<
     M: FrameSource + PhysMap + ?Sized,
     T: TlbFlush,
     P: PurgePolicy = LazyMaxPages,
-    F: FreeAreaCache = Augmented,
+    F: FreeAreaSearch = Augmented,
     C: AllocCheck = NoCheck,
     R: RawMutex = DefaultRawMutex,
 > {
@@ -71,7 +71,7 @@ where
     M: FrameSource + PhysMap + ?Sized,
     T: TlbFlush,
     P: PurgePolicy,
-    F: FreeAreaCache,
+    F: FreeAreaSearch,
     C: AllocCheck,
     R: RawMutex,
 {

@@ -6,7 +6,7 @@ mod common;
 
 use arch_api::{PhysArena, SoftTlb, SoftTlbCpu};
 use common::*;
-use vmap_core::{Augmented, FreeAreaCache, FreeVmapCache, Linear};
+use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{
     Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
 };
@@ -27,7 +27,7 @@ impl PurgePolicy for ReleaseBeforeFlush {
 
 /// The vmalloc-loop: vmalloc k pages, touch every page from a rotating
 /// CPU, vfree. Returns (violations, checks).
-fn run<P: PurgePolicy, F: FreeAreaCache>(policy: P, iterations: u64, pages: u64) -> (u64, u64) {
+fn run<P: PurgePolicy, F: FreeAreaSearch>(policy: P, iterations: u64, pages: u64) -> (u64, u64) {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);

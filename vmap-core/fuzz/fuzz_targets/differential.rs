@@ -10,7 +10,7 @@ mod common;
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeVmapCache, Linear, VecSource, VirtAddr,
+    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
     VmapSpace,
 };
 
@@ -18,7 +18,7 @@ const P: u64 = 0x1000;
 const BASE: u64 = 0x4000_0000;
 const PAGES: u64 = 256;
 
-fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn space<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     VmapSpace::new(
         VirtAddr::new(BASE),
         VirtAddr::new(BASE + PAGES * P),

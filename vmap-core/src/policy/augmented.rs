@@ -2,7 +2,7 @@
 //! block size per subtree ([`crate::free_tree`]); lowest fit in O(log n),
 //! frees merge with both neighbours. What Linux has used since 5.2.
 
-use super::{BusyTree, FreeAreaCache, Search};
+use super::{BusyTree, FreeAreaSearch, Search};
 use crate::error::VmapError;
 use crate::free_tree::FreeTree;
 use crate::node::{NIL, NodeIdx, NodeSource, TreeNode};
@@ -15,7 +15,7 @@ pub struct Augmented {
     found: NodeIdx,
 }
 
-impl FreeAreaCache for Augmented {
+impl FreeAreaSearch for Augmented {
     const NAME: &'static str = "augmented";
 }
 

@@ -20,7 +20,7 @@
 //! and leave the cache alone: an allocation only shrinks holes, so the cache
 //! stays valid.
 
-use super::{BusyTree, FreeAreaCache, Search, busy_range_free, walk};
+use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NIL, NodeIdx, NodeSource};
 use crate::request::Fit;
@@ -38,7 +38,7 @@ pub struct FreeVmapCache {
     pending: bool,
 }
 
-impl FreeAreaCache for FreeVmapCache {
+impl FreeAreaSearch for FreeVmapCache {
     const NAME: &'static str = "free-area-cache";
 }
 

@@ -1,4 +1,4 @@
-//! The `FreeAreaCache` seam: how the lowest fitting free block is found.
+//! The `FreeAreaSearch` seam: how the lowest fitting free block is found.
 //!
 //! Three policies, one file each, all producing exactly the same placement:
 //! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix) and
@@ -24,12 +24,12 @@ pub type BusyTree = Tree<NoAug>;
 /// [`FreeVmapCache`] or [`Augmented`]. The trait is sealed (its methods are
 /// the allocator's internal protocol, over crate-private types), so the
 /// policies are chosen, not implemented, outside this crate.
-pub trait FreeAreaCache: Sized + Search {
+pub trait FreeAreaSearch: Sized + Search {
     /// The policy's name, as the harness prints it.
     const NAME: &'static str;
 }
 
-/// The allocator's internal protocol behind [`FreeAreaCache`]: public in a
+/// The allocator's internal protocol behind [`FreeAreaSearch`]: public in a
 /// private module, so nothing outside this crate can name or implement it.
 ///
 /// Protocol: `find_fit`/`find_exact` locate an address without changing the

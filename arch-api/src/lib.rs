@@ -32,7 +32,7 @@ pub mod layout;
 pub mod sync;
 pub mod tlb;
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", any(test, feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "std")]
 pub mod cost;

@@ -9,9 +9,11 @@
 //!
 //! The seam is [`PurgePolicy`] (when to purge): [`LazyMaxPages`] (default,
 //! Linux's `lazy_max_pages`), [`Eager`] (purge on every free) and
-//! [`LookupCost`] (purge when a search got expensive). Hosted builds add the
-//! [`StaleTlbChecker`], which proves on the software TLB model that no range
-//! is handed out while a CPU may still translate it.
+//! [`LookupCost`] (purge when a search got expensive). Each range handed out
+//! goes through an [`AllocCheck`] ([`NoCheck`] by default); hosted test
+//! builds (features `std` + `testing`) add `StaleTlbChecker`, which proves on
+//! the software TLB model that no range is handed out while a CPU may still
+//! translate it.
 //!
 //! [`NodeVmalloc`] runs the same protocol over vmap-core's concurrent fronts
 //! (sharded `vmap_node`s or one global lock), with a lazy list per node and
@@ -65,7 +67,7 @@ pub mod loom_mutation;
 pub use area::{AreaInfo, AreaKind, AreaState, PurgeReport, VmallocConfig, VmallocStats};
 pub use backing::VmallocMem;
 pub use checker::{AllocCheck, NoCheck};
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
 #[cfg(feature = "alloc")]

@@ -12,7 +12,7 @@ mod lazy_max_pages;
 mod lookup_cost;
 
 pub use eager::Eager;
-pub use lazy_max_pages::{LazyMaxPages, fls, lazy_max_pages};
+pub use lazy_max_pages::{LazyMaxPages, lazy_max_pages};
 pub use lookup_cost::LookupCost;
 
 /// What a policy sees when asked.

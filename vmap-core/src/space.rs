@@ -256,7 +256,9 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     /// The pre-2022 vfree, kept for comparison (`harness vfree-search`):
-    /// look the area up, then search again to unlink it — two tree searches.
+    /// look the area up, then search again to unlink it — two tree searches
+    /// (feature `testing`: a baseline, not part of the API).
+    #[cfg(feature = "testing")]
     pub fn free_two_search(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         self.search_busy(addr.as_u64())?;
         // The second search, as `__free_vmap_area` did by address (found

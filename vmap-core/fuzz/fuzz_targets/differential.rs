@@ -10,8 +10,7 @@ mod common;
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
-    VmapSpace,
+    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace,
 };
 
 const P: u64 = 0x1000;

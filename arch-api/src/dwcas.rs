@@ -11,7 +11,7 @@
 //! under loom is a model built from loom primitives, so the checker explores
 //! the interleavings around each CAS and each single-word load.
 
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::atomic::{AtomicU64, Ordering};
 
 /// The two words of a [`DwCell`]. For SLUB, `lo` is the freelist and `hi` the tid.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

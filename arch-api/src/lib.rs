@@ -13,7 +13,8 @@
 //!
 //! Hosted builds (feature `std`) add the shared simulation pieces: a physical
 //! memory [`PhysArena`] backed by host memory and the [`SoftTlb`] model with its
-//! [`CostModel`]. [`sync`] is the loom shim every lockless crate imports from.
+//! [`CostModel`]. [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
+//! the OS supplies.
 //!
 //! Start reading at `layout.rs`, then `dwcas.rs`; the backends live in
 //! `arch-x86_64`, `arch-aarch64` and `arch-ia64-sim`.
@@ -24,13 +25,14 @@
 extern crate std;
 
 mod addr;
+mod atomic;
 pub mod dwcas;
 pub mod frame;
 pub mod layout;
 pub mod sync;
 pub mod tlb;
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", any(test, feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "std")]
 pub mod cost;

@@ -1,13 +1,19 @@
-//! The loom shim: one source for the real code and the model.
+//! The lock an OS plugs in: [`Mutex`] over the kernel's own raw lock.
 //!
-//! Lockless crates import atomics and their mutex from here. Normally that is
-//! `core::sync::atomic` and a [`lock_api`] mutex over whatever raw lock the
-//! embedding OS supplies (`R`, e.g. its IRQ-safe spinlock; [`DefaultRawMutex`]
-//! is `spin`'s). Under `--cfg kmm_loom` the same names are loom's, so
-//! `loom::model` explores every interleaving of the unchanged code.
+//! The crates of this family lock through [`Mutex<R, T>`](Mutex), a
+//! [`lock_api`] mutex over whatever raw lock the embedding OS supplies (`R`,
+//! e.g. its IRQ-safe spinlock; [`DefaultRawMutex`] is `spin`'s). Only under
+//! the family's own `--cfg kmm_loom` (never a kernel's `--cfg loom`) is it
+//! loom's mutex, so `loom::model` explores every interleaving of the
+//! unchanged code. Each crate keeps its loom atomics shim private
+//! (`crate::sync`).
 
+/// `core::sync::atomic`, or loom's under `cfg(kmm_loom)`: kept only for a
+/// crate that has not yet moved to its own private shim. Not part of the API.
+#[doc(hidden)]
 #[cfg(not(kmm_loom))]
 pub use core::sync::atomic;
+#[doc(hidden)]
 #[cfg(kmm_loom)]
 pub use loom::sync::atomic;
 
@@ -122,6 +128,7 @@ impl<R: RawMutex, T> DerefMut for MutexGuard<'_, R, T> {
 /// `tests/loom_*_broken.rs` so the switch never reaches the correct models.
 /// Loom runs model threads on one OS thread, so a plain atomic is enough.
 #[cfg(kmm_loom)]
+#[doc(hidden)]
 #[derive(Debug, Default)]
 pub struct MutationSwitch(core::sync::atomic::AtomicU8);
 

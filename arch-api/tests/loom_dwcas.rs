@@ -6,9 +6,9 @@
 //! change on every update loses an update, and loom must find it.
 #![cfg(kmm_loom)]
 
-use arch_api::sync::atomic::Ordering;
 use arch_api::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};
 use loom::sync::Arc;
+use loom::sync::atomic::Ordering;
 use loom::thread;
 
 /// Reads the pair the way SLUB's fast path does (tid, then freelist) and

@@ -7,10 +7,10 @@
 //! step, loom must find the lost update.
 #![cfg(kmm_loom)]
 
-use arch_api::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas, DwCell};
 use arch_ia64_sim::Cmp8xchg16;
 use loom::sync::Arc;
+use loom::sync::atomic::Ordering;
 use loom::thread;
 
 /// One fast-path "pop": read tid then freelist, CAS `(freelist + 1, tid + step)`,

@@ -8,7 +8,7 @@ use crate::cli::Common;
 use clap::Args;
 use serde_json::json;
 use std::time::Instant;
-use vmap_core::{Augmented, FreeAreaCache, Linear, VecSource, VirtAddr, VmapError, VmapSpace};
+use vmap_core::{Augmented, FreeAreaSearch, Linear, VecSource, VirtAddr, VmapError, VmapSpace};
 
 const PAGE: u64 = 4096;
 const VSTART: u64 = 0xffff_c900_0000_0000;
@@ -36,7 +36,7 @@ pub struct VfreeSearchArgs {
 /// One vfree, one search. Not inlined, so callgrind can count it alone
 /// (`--toggle-collect=*vfree_one*`).
 #[inline(never)]
-pub fn vfree_one<P: FreeAreaCache>(
+pub fn vfree_one<P: FreeAreaSearch>(
     s: &mut VmapSpace<P, VecSource>,
     a: VirtAddr,
 ) -> Result<(), VmapError> {
@@ -45,7 +45,7 @@ pub fn vfree_one<P: FreeAreaCache>(
 
 /// One vfree, two searches (find, then unlink by address).
 #[inline(never)]
-pub fn vfree_two<P: FreeAreaCache>(
+pub fn vfree_two<P: FreeAreaSearch>(
     s: &mut VmapSpace<P, VecSource>,
     a: VirtAddr,
 ) -> Result<(), VmapError> {
@@ -66,7 +66,7 @@ impl Rng {
 /// Returns (ns per vfree, searches per vfree).
 type Vfree<P> = fn(&mut VmapSpace<P, VecSource>, VirtAddr) -> Result<(), VmapError>;
 
-fn measure<P: FreeAreaCache>(
+fn measure<P: FreeAreaSearch>(
     args: &VfreeSearchArgs,
     seed: u64,
     f: Vfree<P>,

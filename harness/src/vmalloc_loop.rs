@@ -15,7 +15,7 @@ use arch_api::{PageTableLayout, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
-use vmap_core::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{
     Eager, LazyMaxPages, LookupCost, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocConfig,
     VmallocMem,
@@ -102,7 +102,7 @@ fn vmalloc_range<L: PageTableLayout>() -> Option<(u64, u64)> {
 }
 
 /// One run's results (HARNESS.md keys) and whether it was clean.
-fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaCache>(
+fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
     common: &Common,
     args: &VmallocLoopArgs,
     name: &str,
@@ -191,7 +191,7 @@ fn run_policy<L: PageTableLayout>(
         LoopPolicy::Vanilla => run_one::<L, LazyMaxPages, Linear>(common, args, n, LazyMaxPages),
         LoopPolicy::Eager => run_one::<L, Eager, Linear>(common, args, n, Eager),
         LoopPolicy::FreeAreaCache => {
-            run_one::<L, LazyMaxPages, FreeAreaCachePolicy>(common, args, n, LazyMaxPages)
+            run_one::<L, LazyMaxPages, FreeVmapCache>(common, args, n, LazyMaxPages)
         }
         LoopPolicy::Augmented => {
             run_one::<L, LazyMaxPages, Augmented>(common, args, n, LazyMaxPages)

@@ -4,19 +4,17 @@
 //! `harness vmap-bench`. Run: `cargo bench -p vmap-core --bench vmap`.
 
 use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_main};
-use vmap_core::{
-    Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr, VmapSpace,
-};
+use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace};
 
 const P: u64 = 4096;
 const S: u64 = 0xffff_c900_0000_0000;
 const E: u64 = S + (32 << 40);
 
-fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn space<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     VmapSpace::new(VirtAddr::new(S), VirtAddr::new(E), P, VecSource::new()).unwrap()
 }
 
-fn pattern<F: FreeAreaCache>(c: &mut Criterion, busy: u64) {
+fn pattern<F: FreeAreaSearch>(c: &mut Criterion, busy: u64) {
     let mut g = c.benchmark_group(format!("alloc_free_busy{busy}"));
     let mut s = space::<F>();
     for _ in 0..busy {
@@ -50,11 +48,11 @@ fn pattern<F: FreeAreaCache>(c: &mut Criterion, busy: u64) {
 
 fn policies(c: &mut Criterion) {
     pattern::<Augmented>(c, 0);
-    pattern::<FreeAreaCachePolicy>(c, 0);
+    pattern::<FreeVmapCache>(c, 0);
     pattern::<Linear>(c, 0);
     // long_busy_list: only the augmented and cached policies finish quickly.
     pattern::<Augmented>(c, 15_000);
-    pattern::<FreeAreaCachePolicy>(c, 15_000);
+    pattern::<FreeVmapCache>(c, 15_000);
 }
 
 /// Allocation cost with 1k and 100k busy areas, the busy areas spread out

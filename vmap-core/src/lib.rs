@@ -8,8 +8,8 @@
 //! ([`VmapError`]). Tree nodes come from the caller ([`NodeSource`]): no
 //! global state and no heap unless the `alloc` feature is on.
 //!
-//! The seam is [`FreeAreaCache`]: how a free block is found. Three policies,
-//! identical placement: [`Linear`] (2010 baseline), [`FreeAreaCachePolicy`]
+//! The seam is [`FreeAreaSearch`]: how a free block is found. Three policies,
+//! identical placement: [`Linear`] (2010 baseline), [`FreeVmapCache`]
 //! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
 //!
 //! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
@@ -31,6 +31,8 @@ mod request;
 mod space;
 #[cfg(feature = "stats")]
 mod stats;
+#[cfg(feature = "alloc")]
+mod sync;
 mod tree;
 
 #[cfg(feature = "alloc")]
@@ -45,7 +47,7 @@ pub use error::VmapError;
 #[cfg(feature = "alloc")]
 pub use node::VecSource;
 pub use node::{FixedPool, NodeIdx, NodeSource, TreeNode};
-pub use policy::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+pub use policy::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 pub use request::AllocRequest;
 #[cfg(feature = "alloc")]
 pub use sharded::{GlobalVmap, ShardedVmap, VmapNodes};

@@ -1,5 +1,5 @@
 //! `VmapSpace`: one virtual-address space `[start, end)` with its busy tree,
-//! a [`FreeAreaCache`] policy and a node source. This is the single-lock
+//! a [`FreeAreaSearch`] policy and a node source. This is the single-lock
 //! allocator (Linux's `vmap_area_root` + `free_vmap_area_root` under
 //! `vmap_area_lock`); callers wrap it in their lock, or use the
 //! [`sharded`](crate::sharded) front.
@@ -7,7 +7,7 @@
 use crate::VirtAddr;
 use crate::error::VmapError;
 use crate::node::{NIL, NodeIdx, NodeSource};
-use crate::policy::{BusyTree, FreeAreaCache};
+use crate::policy::{BusyTree, FreeAreaSearch};
 use crate::request::AllocRequest;
 #[cfg(feature = "stats")]
 use crate::stats::VmapStats;
@@ -35,7 +35,7 @@ impl VmapArea {
 /// A virtual-address space handing out page-granular areas at the lowest
 /// fitting address. `P` chooses the free-block search; `S` supplies tree
 /// nodes.
-pub struct VmapSpace<P: FreeAreaCache, S: NodeSource> {
+pub struct VmapSpace<P: FreeAreaSearch, S: NodeSource> {
     start: u64,
     end: u64,
     page_size: u64,
@@ -49,7 +49,7 @@ pub struct VmapSpace<P: FreeAreaCache, S: NodeSource> {
     stats: VmapStats,
 }
 
-impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
+impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// A space over `[start, end)` with pages of `page_size` bytes (a power
     /// of two; `start` and `end` multiples of it), drawing nodes from `src`.
     pub fn new(
@@ -256,7 +256,9 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
     }
 
     /// The pre-2022 vfree, kept for comparison (`harness vfree-search`):
-    /// look the area up, then search again to unlink it — two tree searches.
+    /// look the area up, then search again to unlink it — two tree searches
+    /// (feature `testing`: a baseline, not part of the API).
+    #[cfg(feature = "testing")]
     pub fn free_two_search(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         self.search_busy(addr.as_u64())?;
         // The second search, as `__free_vmap_area` did by address (found
@@ -437,12 +439,12 @@ impl<P: FreeAreaCache, S: NodeSource> VmapSpace<P, S> {
 }
 
 /// Iterator over live areas in address order.
-pub struct Iter<'a, P: FreeAreaCache, S: NodeSource> {
+pub struct Iter<'a, P: FreeAreaSearch, S: NodeSource> {
     space: &'a VmapSpace<P, S>,
     next: NodeIdx,
 }
 
-impl<P: FreeAreaCache, S: NodeSource> Iterator for Iter<'_, P, S> {
+impl<P: FreeAreaSearch, S: NodeSource> Iterator for Iter<'_, P, S> {
     type Item = VmapArea;
 
     fn next(&mut self) -> Option<VmapArea> {

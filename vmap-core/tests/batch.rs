@@ -4,8 +4,8 @@
 //! mixed orders.
 
 use vmap_core::{
-    Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr, VmapArea,
-    VmapError, VmapSpace,
+    Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapArea, VmapError,
+    VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -15,7 +15,7 @@ const E: u64 = S + 4096 * P;
 type Outcome = Vec<(u64, Result<VmapArea, VmapError>)>;
 
 /// Areas of 1..4 pages, some touching, some with holes between them.
-fn space<F: FreeAreaCache>() -> (VmapSpace<F, VecSource>, Vec<u64>) {
+fn space<F: FreeAreaSearch>() -> (VmapSpace<F, VecSource>, Vec<u64>) {
     let mut s = VmapSpace::new(VirtAddr::new(S), VirtAddr::new(E), P, VecSource::new()).unwrap();
     let mut starts = Vec::new();
     for k in 0..300u64 {
@@ -51,7 +51,7 @@ fn all_starts() -> Vec<u64> {
         .collect()
 }
 
-fn check<F: FreeAreaCache>(addrs: &[u64]) {
+fn check<F: FreeAreaSearch>(addrs: &[u64]) {
     let (mut one, _) = space::<F>();
     let (mut batch, _) = space::<F>();
     let want: Outcome = addrs
@@ -105,7 +105,7 @@ fn orders() -> Vec<Vec<u64>> {
 fn batch_matches_one_at_a_time() {
     for addrs in orders() {
         check::<Linear>(&addrs);
-        check::<FreeAreaCachePolicy>(&addrs);
+        check::<FreeVmapCache>(&addrs);
         check::<Augmented>(&addrs);
     }
 }

@@ -9,15 +9,15 @@ mod common;
 
 use common::{Reference, Req, Rng, span};
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr,
-    VmapError, VmapSpace,
+    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapError,
+    VmapSpace,
 };
 
 const P: u64 = 0x1000;
 const BASE: u64 = 0x4000_0000;
 const PAGES: u64 = 1024;
 
-fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn space<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     VmapSpace::new(
         VirtAddr::new(BASE),
         VirtAddr::new(BASE + PAGES * P),
@@ -98,7 +98,7 @@ fn to_request(r: &Req) -> AllocRequest {
 fn run(seed: u64, ops: usize) {
     let mut rng = Rng(seed);
     let mut lin = space::<Linear>();
-    let mut fac = space::<FreeAreaCachePolicy>();
+    let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     let mut freed: Vec<u64> = Vec::new();

@@ -3,7 +3,7 @@
 //! where it would have).
 
 use vmap_core::{
-    AllocRequest, Augmented, FixedPool, FreeAreaCache, FreeAreaCachePolicy, Linear, NodeSource,
+    AllocRequest, Augmented, FixedPool, FreeAreaSearch, FreeVmapCache, Linear, NodeSource,
     VecSource, VirtAddr, VmapArea, VmapError, VmapSpace,
 };
 
@@ -16,7 +16,7 @@ fn va(x: u64) -> VirtAddr {
 }
 
 /// A space with a few areas and holes, plus a snapshot of its state.
-fn setup<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn setup<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     let mut s = VmapSpace::new(va(S), va(E), P, VecSource::new()).unwrap();
     for _ in 0..6 {
         s.alloc(2 * P, P, va(S), va(E)).unwrap();
@@ -26,12 +26,12 @@ fn setup<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
     s
 }
 
-fn snapshot<F: FreeAreaCache, N: NodeSource>(s: &VmapSpace<F, N>) -> (Vec<VmapArea>, u64) {
+fn snapshot<F: FreeAreaSearch, N: NodeSource>(s: &VmapSpace<F, N>) -> (Vec<VmapArea>, u64) {
     s.check_invariants().unwrap();
     (s.iter().collect(), s.free_bytes())
 }
 
-fn expect_unchanged<F: FreeAreaCache>(req: AllocRequest, err: VmapError) {
+fn expect_unchanged<F: FreeAreaSearch>(req: AllocRequest, err: VmapError) {
     let mut s = setup::<F>();
     let before = snapshot(&s);
     assert_eq!(s.alloc_request(&req), Err(err), "{}: {req:?}", F::NAME);
@@ -43,7 +43,7 @@ fn expect_unchanged<F: FreeAreaCache>(req: AllocRequest, err: VmapError) {
 
 fn all_policies(req: AllocRequest, err: VmapError) {
     expect_unchanged::<Linear>(req, err);
-    expect_unchanged::<FreeAreaCachePolicy>(req, err);
+    expect_unchanged::<FreeVmapCache>(req, err);
     expect_unchanged::<Augmented>(req, err);
 }
 
@@ -188,7 +188,7 @@ fn no_space_says_what_was_asked_and_where() {
     assert!(msg.contains("0x40000") && msg.contains("0x100000"), "{msg}");
 }
 
-fn free_errors<F: FreeAreaCache>() {
+fn free_errors<F: FreeAreaSearch>() {
     let mut s = setup::<F>();
     let before = snapshot(&s);
     for addr in [S + 2 * P, S + P, E + P, 0, S + 8 * P + 1] {
@@ -212,11 +212,11 @@ fn free_errors<F: FreeAreaCache>() {
 #[test]
 fn unknown_and_double_free_are_not_found() {
     free_errors::<Linear>();
-    free_errors::<FreeAreaCachePolicy>();
+    free_errors::<FreeVmapCache>();
     free_errors::<Augmented>();
 }
 
-fn exhaustion<F: FreeAreaCache>(cap_busy: usize) {
+fn exhaustion<F: FreeAreaSearch>(cap_busy: usize) {
     let mut pool = FixedPool::<8>::new();
     let mut s = VmapSpace::<F, _>::new(va(S), va(E), P, &mut pool).unwrap();
     let mut got = Vec::new();
@@ -249,7 +249,7 @@ fn exhaustion<F: FreeAreaCache>(cap_busy: usize) {
 #[test]
 fn node_pool_exhausted_is_an_error() {
     exhaustion::<Linear>(8);
-    exhaustion::<FreeAreaCachePolicy>(8);
+    exhaustion::<FreeVmapCache>(8);
     // 1 node for the initial block, then each exact page in the middle takes
     // a busy node and a split node.
     exhaustion::<Augmented>(3);

@@ -3,13 +3,13 @@
 
 use arch_api::{CostModel, PhysArena, SoftTlb, VirtAddr};
 use criterion::{Criterion, criterion_group, criterion_main};
-use vmap_core::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{Eager, LazyMaxPages, PurgePolicy, Vmalloc, VmallocConfig, VmallocMem};
 
 type L = arch_x86_64::X86_64Pml4;
 const PAGE: u64 = 4096;
 
-fn bench_one<P: PurgePolicy + Default, F: FreeAreaCache>(c: &mut Criterion, name: &str) {
+fn bench_one<P: PurgePolicy + Default, F: FreeAreaSearch>(c: &mut Criterion, name: &str) {
     let arena = PhysArena::new(64 << 20, PAGE).expect("arena");
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(8, PAGE, CostModel::default());
@@ -38,7 +38,7 @@ fn bench_one<P: PurgePolicy + Default, F: FreeAreaCache>(c: &mut Criterion, name
 fn benches(c: &mut Criterion) {
     bench_one::<LazyMaxPages, Linear>(c, "vmalloc_loop/vanilla");
     bench_one::<Eager, Linear>(c, "vmalloc_loop/eager");
-    bench_one::<LazyMaxPages, FreeAreaCachePolicy>(c, "vmalloc_loop/free-area-cache");
+    bench_one::<LazyMaxPages, FreeVmapCache>(c, "vmalloc_loop/free-area-cache");
     bench_one::<LazyMaxPages, Augmented>(c, "vmalloc_loop/augmented");
 }
 

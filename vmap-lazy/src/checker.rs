@@ -3,11 +3,12 @@
 //! Lazy flushing is correct only if a virtual range is never handed out again
 //! while some CPU may still hold a translation for it. [`AllocCheck`] is the
 //! hook the allocator calls with every range it hands out; [`NoCheck`] is the
-//! bare-metal default. Hosted, [`StaleTlbChecker`] asks the software TLB model
+//! bare-metal default. Hosted test support (features `std` and `testing`),
+//! [`StaleTlbChecker`] asks the software TLB model
 //! ([`SoftTlb::holder`]) whether any simulated CPU may still translate an
 //! address in the new range, and counts violations.
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 use arch_api::SoftTlb;
 use arch_api::VirtAddr;
 
@@ -34,7 +35,7 @@ impl<C: AllocCheck + ?Sized> AllocCheck for &C {
 }
 
 /// A range handed out while a CPU could still translate part of it.
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StaleTlbViolation {
     /// Start of the new area.
@@ -48,7 +49,7 @@ pub struct StaleTlbViolation {
 }
 
 /// Counts allocations of ranges some simulated CPU may still translate.
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 #[derive(Debug)]
 pub struct StaleTlbChecker<'t> {
     tlb: &'t SoftTlb,
@@ -57,7 +58,7 @@ pub struct StaleTlbChecker<'t> {
     first: std::sync::Mutex<Option<StaleTlbViolation>>,
 }
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 impl<'t> StaleTlbChecker<'t> {
     /// A checker over the TLB model `tlb`.
     pub fn new(tlb: &'t SoftTlb) -> Self {
@@ -85,7 +86,7 @@ impl<'t> StaleTlbChecker<'t> {
     }
 }
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 impl AllocCheck for StaleTlbChecker<'_> {
     fn on_alloc(&self, start: VirtAddr, end: VirtAddr) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -105,7 +106,7 @@ impl AllocCheck for StaleTlbChecker<'_> {
     }
 }
 
-#[cfg(all(test, feature = "std"))]
+#[cfg(all(test, feature = "std", feature = "testing"))]
 mod tests {
     use super::*;
     use arch_api::{CostModel, TlbFlush};

@@ -15,8 +15,8 @@
 //! and the later add leaves pages counted that no list holds. The loom models
 //! (`tests/loom_lazy_purge*.rs`) check both orders.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use alloc::vec::Vec;
-use arch_api::sync::atomic::{AtomicU64, Ordering};
 use arch_api::sync::{Mutex, RawMutex};
 
 /// One lazily freed area on a lazy list.
@@ -71,11 +71,6 @@ impl<R: RawMutex> LazyAccount<R> {
             underflows: AtomicU64::new(0),
             lists: (0..nodes.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
         }
-    }
-
-    /// Number of per-node lists.
-    pub fn nodes(&self) -> usize {
-        self.lists.len()
     }
 
     /// `vmap_lazy_nr`: pages lazily freed and not yet purged (the value may

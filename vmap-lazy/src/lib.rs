@@ -9,9 +9,11 @@
 //!
 //! The seam is [`PurgePolicy`] (when to purge): [`LazyMaxPages`] (default,
 //! Linux's `lazy_max_pages`), [`Eager`] (purge on every free) and
-//! [`LookupCost`] (purge when a search got expensive). Hosted builds add the
-//! [`StaleTlbChecker`], which proves on the software TLB model that no range
-//! is handed out while a CPU may still translate it.
+//! [`LookupCost`] (purge when a search got expensive). Each range handed out
+//! goes through an [`AllocCheck`] ([`NoCheck`] by default); hosted test
+//! builds (features `std` + `testing`) add `StaleTlbChecker`, which proves on
+//! the software TLB model that no range is handed out while a CPU may still
+//! translate it.
 //!
 //! [`NodeVmalloc`] runs the same protocol over vmap-core's concurrent fronts
 //! (sharded `vmap_node`s or one global lock), with a lazy list per node and
@@ -51,6 +53,8 @@ mod mapper;
 mod nodes;
 pub mod purge;
 #[cfg(feature = "alloc")]
+mod sync;
+#[cfg(feature = "alloc")]
 mod vmalloc;
 #[cfg(feature = "alloc")]
 mod vmap_block;
@@ -63,15 +67,15 @@ pub mod loom_mutation;
 pub use area::{AreaInfo, AreaKind, AreaState, PurgeReport, VmallocConfig, VmallocStats};
 pub use backing::VmallocMem;
 pub use checker::{AllocCheck, NoCheck};
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", feature = "testing"))]
 pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
 #[cfg(feature = "alloc")]
 pub use info::{InfoLine, vmallocinfo};
-#[cfg(feature = "alloc")]
+// The lazy accounting, for the loom models only (`tests/loom_lazy_purge*.rs`).
+#[cfg(all(feature = "alloc", kmm_loom))]
+#[doc(hidden)]
 pub use lazy::{LazyAccount, LazyRange, PurgeBatch};
-#[cfg(feature = "alloc")]
-pub use mapper::NoFlush;
 #[cfg(feature = "alloc")]
 pub use nodes::{NodeLazy, NodeVmalloc};
 pub use purge::{Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy};

@@ -17,12 +17,13 @@ use arch_api::sync::{Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use zap_walker::{Frames, Gather, LeafPath, Translation, Unbounded, WalkError, Walker};
 
-/// A TLB "flush" that does nothing: how `vfree` clears page-table entries
-/// without flushing (the flush is deferred to the purge).
+/// The flush of a `vfree`, deferred: the gather's flush does nothing here
+/// because `purge_vmap_area_lazy` flushes the range later, once for every
+/// lazy area (Linux's `vunmap_range_noflush`). Not "no flush needed".
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoFlush;
+pub(crate) struct DeferredFlush;
 
-impl TlbFlush for NoFlush {
+impl TlbFlush for DeferredFlush {
     fn flush_page(&self, _: VirtAddr) {}
     fn flush_all(&self) {}
     fn flush_range(&self, _: VirtAddr, _: VirtAddr, _: u64) {}
@@ -185,7 +186,7 @@ where
             }
         }
         self.mem.set_keep_frees(keep_frames);
-        let mut gather: Gather<NoFlush, 64> = Gather::new(NoFlush);
+        let mut gather: Gather<DeferredFlush, 64> = Gather::new(DeferredFlush);
         let r = pt.zap_range(start, end, &mut Unbounded::new(L::PAGE_SIZE), &mut gather);
         self.mem.set_keep_frees(false);
         r.map(|_| ()).map_err(VmallocError::Unmap)
@@ -244,6 +245,7 @@ where
     /// this returns (the caller holds what a `vfree` of it must take), and no
     /// other CPU may access that byte meanwhile: then the frame behind `va`
     /// stays mapped and vmalloc's, and the write races with nothing.
+    #[cfg(feature = "testing")]
     pub(crate) unsafe fn write_byte_owned(
         &self,
         va: VirtAddr,
@@ -258,6 +260,7 @@ where
         unsafe { self.write_through(lp.translate(va), va, byte) }
     }
 
+    #[cfg(feature = "testing")]
     pub(crate) fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
         let pt = self.pt.lock();
         // SAFETY: the page-table lock is held across the translation and
@@ -278,6 +281,7 @@ where
     ///
     /// `t` must be `va`'s current translation, and its frame must stay
     /// mapped at `va`, and not be written by anyone else, until this returns.
+    #[cfg(feature = "testing")]
     unsafe fn write_through(
         &self,
         t: Option<Translation>,
@@ -295,6 +299,7 @@ where
         Ok(())
     }
 
+    #[cfg(feature = "testing")]
     pub(crate) fn read_byte(&self, va: VirtAddr) -> Result<u8, VmallocError> {
         let pt = self.pt.lock();
         let t = pt

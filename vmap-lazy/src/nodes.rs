@@ -504,7 +504,7 @@ where
         }
     }
 
-    /// Writes through the page table (the software MMU).
+    /// Writes through the page table (the software MMU; feature `testing`).
     ///
     /// A `vmalloc` area's byte is written under its node's lock, not the
     /// page-table lock: `vfree` marks the area lazy under that lock before
@@ -512,6 +512,7 @@ where
     /// while the lock is held and the area is live its frames stay mapped,
     /// and writers to the node's areas are serialised. Other kinds take the
     /// page-table lock, as their unmaps do.
+    #[cfg(feature = "testing")]
     pub fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
         let not_found = VmallocError::NotFound { addr: va.as_u64() };
         let area = self.nodes.find(va).ok_or(not_found)?;

@@ -26,17 +26,18 @@ use crate::checker::{AllocCheck, NoCheck};
 use crate::error::VmallocError;
 use crate::lazy::{LazyAccount, LazyRange};
 use crate::mapper::{Mapper, is_shortage, pages_for};
-use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy};
+use crate::purge::{LazyMaxPages, PurgeCtx, PurgePolicy, release_before_flush};
 use crate::vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC, VmapBlocks};
 use alloc::vec::Vec;
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
 use core::sync::atomic::Ordering::Relaxed;
-use vmap_core::{Augmented, FreeAreaCache, VecSource, VmapError, VmapSpace};
+use vmap_core::{Augmented, FreeAreaSearch, VecSource, VmapError, VmapSpace};
+#[cfg(feature = "testing")]
 use zap_walker::Translation;
 
 /// The busy space and the table of areas (`vmap_area_lock`'s data).
-struct Kva<F: FreeAreaCache> {
+struct Kva<F: FreeAreaSearch> {
     space: VmapSpace<F, VecSource>,
     areas: AreaTable,
 }
@@ -49,7 +50,7 @@ pub struct Vmalloc<
     M: FrameSource + PhysMap + ?Sized,
     T: TlbFlush,
     P: PurgePolicy = LazyMaxPages,
-    F: FreeAreaCache = Augmented,
+    F: FreeAreaSearch = Augmented,
     C: AllocCheck = NoCheck,
     R: RawMutex = DefaultRawMutex,
 > {
@@ -70,7 +71,7 @@ where
     M: FrameSource + PhysMap + ?Sized,
     T: TlbFlush,
     P: PurgePolicy,
-    F: FreeAreaCache,
+    F: FreeAreaSearch,
     C: AllocCheck,
     R: RawMutex,
 {
@@ -274,7 +275,7 @@ where
     }
 
     fn free_area(&self, addr: VirtAddr, kind: AreaKind) -> Result<(), VmallocError> {
-        let release_now = self.policy.release_before_flush();
+        let release_now = release_before_flush(&self.policy);
         // One search of the area table finds the area and marks it lazy.
         let info = {
             let mut kva = self.kva.lock();
@@ -486,18 +487,22 @@ where
             .sum()
     }
 
-    /// The software MMU: what `va` translates to now.
+    /// The software MMU: what `va` translates to now (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn translate(&self, va: VirtAddr) -> Option<Translation> {
         self.map.translate(va)
     }
 
     /// Writes `byte` at `va` through the page table (the software MMU);
-    /// [`VmallocError::NotFound`] if `va` is not mapped writable.
+    /// [`VmallocError::NotFound`] if `va` is not mapped writable (feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
     pub fn write_byte(&self, va: VirtAddr, byte: u8) -> Result<(), VmallocError> {
         self.map.write_byte(va, byte)
     }
 
-    /// Reads the byte at `va` through the page table.
+    /// Reads the byte at `va` through the page table (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn read_byte(&self, va: VirtAddr) -> Result<u8, VmallocError> {
         self.map.read_byte(va)
     }
@@ -554,10 +559,10 @@ where
             }
         }
         drop(kva);
-        if self.lazy.listed_pages() != lazy_pages && !self.policy.release_before_flush() {
+        if self.lazy.listed_pages() != lazy_pages && !release_before_flush(&self.policy) {
             return Err("lazy lists disagree with the lazy areas");
         }
-        if self.lazy.nr() != lazy_pages && !self.policy.release_before_flush() {
+        if self.lazy.nr() != lazy_pages && !release_before_flush(&self.policy) {
             return Err("vmap_lazy_nr disagrees with the lazy areas");
         }
         Ok(())

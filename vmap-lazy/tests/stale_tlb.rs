@@ -6,7 +6,7 @@ mod common;
 
 use arch_api::{PhysArena, SoftTlb, SoftTlbCpu};
 use common::*;
-use vmap_core::{Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear};
+use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{
     Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
 };
@@ -27,7 +27,7 @@ impl PurgePolicy for ReleaseBeforeFlush {
 
 /// The vmalloc-loop: vmalloc k pages, touch every page from a rotating
 /// CPU, vfree. Returns (violations, checks).
-fn run<P: PurgePolicy, F: FreeAreaCache>(policy: P, iterations: u64, pages: u64) -> (u64, u64) {
+fn run<P: PurgePolicy, F: FreeAreaSearch>(policy: P, iterations: u64, pages: u64) -> (u64, u64) {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
@@ -60,7 +60,7 @@ fn shipped_policies_report_no_stale_tlb_violation() {
     );
     assert_eq!(run::<Eager, Linear>(Eager, 500, 4), (0, 500));
     assert_eq!(
-        run::<LazyMaxPages, FreeAreaCachePolicy>(LazyMaxPages, 3000, 4),
+        run::<LazyMaxPages, FreeVmapCache>(LazyMaxPages, 3000, 4),
         (0, 3000)
     );
     assert_eq!(

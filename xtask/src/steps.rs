@@ -12,7 +12,8 @@ use crate::setup::Needs;
 
 /// Library crates: all `#![no_std]`, each with the features `std` (default), `stats` and `debug`.
 /// They are linted, tested on the host and under qemu, built bare-metal, and searched for
-/// `tests/loom_*.rs`.
+/// `tests/loom_*.rs`. Some also have `testing` (test support, not part of the API): their own
+/// tests turn it on through a dev-dependency on themselves, so no row has to name it.
 pub const LIB_CRATES: &[&str] = &[
     "arch-api",
     "arch-x86_64",

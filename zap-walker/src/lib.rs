@@ -23,7 +23,8 @@
 //!   PTE writes), declining whatever needs a table.
 //!
 //! `LeafPath` is model-checked with loom (`tests/loom_leaf_path*.rs`): table
-//! words come from the `arch_api::sync` shim, so the model runs this code.
+//! words come from the crate's private loom shim (loom's atomics under
+//! `--cfg kmm_loom`), so the model runs this code.
 //!
 //! Start reading at `walker.rs` (tables, live counts beside them, attaching
 //! to the kernel's table, the root split), then
@@ -41,6 +42,7 @@ mod errors;
 mod gather;
 mod leaf_path;
 #[cfg(kmm_loom)]
+#[doc(hidden)]
 pub mod loom_mutation;
 mod map;
 mod stats;

@@ -1,5 +1,6 @@
-//! The crate's loom shim (crate-private): `core`'s atomics, or loom's under
-//! `--cfg kmm_loom`, so the shipped code is what the models run.
+//! The loom shim, private to this crate: `core::sync::atomic`, or loom's
+//! atomics under the crate family's own `--cfg kmm_loom`, so `loom::model`
+//! runs the unchanged code. Not re-exported.
 
 #[cfg(not(kmm_loom))]
 pub(crate) use core::sync::atomic;

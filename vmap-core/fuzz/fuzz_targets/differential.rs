@@ -10,15 +10,14 @@ mod common;
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaCache, FreeAreaCachePolicy, Linear, VecSource, VirtAddr,
-    VmapSpace,
+    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace,
 };
 
 const P: u64 = 0x1000;
 const BASE: u64 = 0x4000_0000;
 const PAGES: u64 = 256;
 
-fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
+fn space<F: FreeAreaSearch>() -> VmapSpace<F, VecSource> {
     VmapSpace::new(
         VirtAddr::new(BASE),
         VirtAddr::new(BASE + PAGES * P),
@@ -30,7 +29,7 @@ fn space<F: FreeAreaCache>() -> VmapSpace<F, VecSource> {
 
 fuzz_target!(|data: &[u8]| {
     let mut lin = space::<Linear>();
-    let mut fac = space::<FreeAreaCachePolicy>();
+    let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     for op in data.chunks_exact(6) {

@@ -2,7 +2,7 @@
 //! block size per subtree ([`crate::free_tree`]); lowest fit in O(log n),
 //! frees merge with both neighbours. What Linux has used since 5.2.
 
-use super::{BusyTree, FreeAreaCache};
+use super::{BusyTree, FreeAreaSearch, Search};
 use crate::error::VmapError;
 use crate::free_tree::FreeTree;
 use crate::node::{NIL, NodeIdx, NodeSource, TreeNode};
@@ -15,9 +15,11 @@ pub struct Augmented {
     found: NodeIdx,
 }
 
-impl FreeAreaCache for Augmented {
+impl FreeAreaSearch for Augmented {
     const NAME: &'static str = "augmented";
+}
 
+impl Search for Augmented {
     fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
         let mut free = FreeTree::new();
         free.insert_block(s, start, end)?;

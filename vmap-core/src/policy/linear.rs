@@ -3,7 +3,7 @@
 //! fits — with many lazily freed areas in the tree that walk visited
 //! thousands of nodes per allocation (SPEC story 1).
 
-use super::{BusyTree, FreeAreaCache, busy_range_free, walk};
+use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NodeIdx, NodeSource};
 use crate::request::Fit;
@@ -12,9 +12,11 @@ use crate::request::Fit;
 #[derive(Debug, Default)]
 pub struct Linear;
 
-impl FreeAreaCache for Linear {
+impl FreeAreaSearch for Linear {
     const NAME: &'static str = "linear";
+}
 
+impl Search for Linear {
     fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self)
     }

@@ -1,15 +1,15 @@
-//! The `FreeAreaCache` seam: how the lowest fitting free block is found.
+//! The `FreeAreaSearch` seam: how the lowest fitting free block is found.
 //!
 //! Three policies, one file each, all producing exactly the same placement:
-//! [`Linear`] (the 2010 baseline), [`FreeAreaCachePolicy`] (the 2010 fix) and
+//! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix) and
 //! [`Augmented`] (the default: a free tree with subtree maxima).
 
 mod augmented;
-mod free_area_cache;
+mod free_vmap_cache;
 mod linear;
 
 pub use augmented::Augmented;
-pub use free_area_cache::FreeAreaCachePolicy;
+pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
 
 use crate::error::VmapError;
@@ -20,24 +20,27 @@ use crate::tree::{NoAug, Tree};
 /// The busy tree (`vmap_area_root`): allocated areas by address.
 pub type BusyTree = Tree<NoAug>;
 
-/// How a [`VmapSpace`](crate::VmapSpace) finds free blocks. The methods are
-/// the allocator's internal protocol (the types they take are crate-private),
-/// so the policies are chosen, not implemented, outside this crate.
+/// How a [`VmapSpace`](crate::VmapSpace) finds free blocks: [`Linear`],
+/// [`FreeVmapCache`] or [`Augmented`]. The trait is sealed (its methods are
+/// the allocator's internal protocol, over crate-private types), so the
+/// policies are chosen, not implemented, outside this crate.
+pub trait FreeAreaSearch: Sized + Search {
+    /// The policy's name, as the harness prints it.
+    const NAME: &'static str;
+}
+
+/// The allocator's internal protocol behind [`FreeAreaSearch`]: public in a
+/// private module, so nothing outside this crate can name or implement it.
 ///
 /// Protocol: `find_fit`/`find_exact` locate an address without changing the
 /// areas; `claim` takes it (the new busy node is passed so a policy can
 /// remember it); `release` gives a freed range back after its busy node was
 /// unlinked.
-pub trait FreeAreaCache: Sized {
-    /// The policy's name, as the harness prints it.
-    const NAME: &'static str;
-
+pub trait Search: Sized {
     /// Sets up the policy for an empty space `[start, end)`.
-    #[doc(hidden)]
     fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
 
     /// The lowest address satisfying `fit`, or `None`; counts visited nodes.
-    #[doc(hidden)]
     fn find_fit<S: NodeSource>(
         &mut self,
         s: &S,
@@ -47,7 +50,6 @@ pub trait FreeAreaCache: Sized {
     ) -> Option<u64>;
 
     /// Whether `[a, a + size)` is entirely free.
-    #[doc(hidden)]
     fn find_exact<S: NodeSource>(
         &mut self,
         s: &S,
@@ -59,7 +61,6 @@ pub trait FreeAreaCache: Sized {
 
     /// Takes `[a, a + size)` found by the last `find_*` call; `node` is the
     /// busy node about to be linked. On error nothing changed.
-    #[doc(hidden)]
     fn claim<S: NodeSource>(
         &mut self,
         s: &mut S,
@@ -72,7 +73,6 @@ pub trait FreeAreaCache: Sized {
     /// [`claim`](Self::claim), range set, not yet in the busy tree): `NIL`
     /// when none, `None` when the policy does not know, so the busy tree is
     /// searched from its root.
-    #[doc(hidden)]
     #[inline]
     fn busy_pred<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
@@ -80,7 +80,6 @@ pub trait FreeAreaCache: Sized {
 
     /// The busy area just above the busy `node` (`NIL` when none), or
     /// `None` when the policy does not know without a search.
-    #[doc(hidden)]
     #[inline]
     fn busy_after<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
@@ -89,7 +88,6 @@ pub trait FreeAreaCache: Sized {
     /// Whether the next [`release`](Self::release) needs the freed area's
     /// busy predecessor (looked up before the node is unlinked; skipped when
     /// the policy has no use for it).
-    #[doc(hidden)]
     fn wants_prev(&self) -> bool {
         true
     }
@@ -98,7 +96,6 @@ pub trait FreeAreaCache: Sized {
     /// contents intact) and `prev` was its busy predecessor (`NIL` if
     /// [`wants_prev`](Self::wants_prev) said no). Returns whether
     /// the policy kept `freed` (otherwise the caller frees it).
-    #[doc(hidden)]
     fn release<S: NodeSource>(
         &mut self,
         s: &mut S,
@@ -109,7 +106,6 @@ pub trait FreeAreaCache: Sized {
     ) -> bool;
 
     /// The policy's own invariants, given the busy tree.
-    #[doc(hidden)]
     fn check<S: NodeSource>(
         &self,
         s: &S,
@@ -122,7 +118,7 @@ pub trait FreeAreaCache: Sized {
 /// Walks the busy tree from `addr` (the first candidate) and `first` (the
 /// first busy area that may be in the way) over busy areas until a gap fits;
 /// records the largest skipped hole in `hole`. Shared by `linear` and
-/// `free_area_cache`: this is the 2010 search loop.
+/// `free_vmap_cache`: this is the 2010 search loop.
 #[inline]
 pub(crate) fn walk<S: NodeSource>(
     s: &S,

@@ -38,9 +38,9 @@ use crate::node::VecSource;
 use crate::policy::Augmented;
 use crate::request::{AllocRequest, Fit};
 use crate::space::{VmapArea, VmapSpace};
+use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::atomic::{AtomicU16, Ordering};
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
 
 /// No node owns the slice: the reserve does.

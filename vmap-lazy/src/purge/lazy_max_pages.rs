@@ -8,7 +8,7 @@ use super::{PurgeCtx, PurgePolicy};
 pub const LAZY_UNIT_BYTES: u64 = 32 << 20;
 
 /// Find last set bit, 1-based (`fls(0) == 0`, `fls(8) == 4`).
-pub const fn fls(x: u32) -> u32 {
+pub(crate) const fn fls(x: u32) -> u32 {
     32 - x.leading_zeros()
 }
 

@@ -20,14 +20,15 @@
 //! and leave the cache alone: an allocation only shrinks holes, so the cache
 //! stays valid.
 
-use super::{BusyTree, FreeAreaCache, busy_range_free, walk};
+use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NIL, NodeIdx, NodeSource};
 use crate::request::Fit;
 
-/// The 2010 free area cache.
+/// The 2010 fix: Linux's `free_vmap_cache` (2.6.36), the last allocated
+/// area and the largest hole skipped below it, with the reviewer's rules.
 #[derive(Debug)]
-pub struct FreeAreaCachePolicy {
+pub struct FreeVmapCache {
     /// `free_vmap_cache`: a busy node, or `NIL`.
     cache: NodeIdx,
     cached_hole_size: u64,
@@ -37,9 +38,11 @@ pub struct FreeAreaCachePolicy {
     pending: bool,
 }
 
-impl FreeAreaCache for FreeAreaCachePolicy {
+impl FreeAreaSearch for FreeVmapCache {
     const NAME: &'static str = "free-area-cache";
+}
 
+impl Search for FreeVmapCache {
     fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self {
             cache: NIL,

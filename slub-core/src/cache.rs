@@ -19,33 +19,16 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
-/// Per-cache options (Linux's `SLAB_*` flags that matter here).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheFlags(u32);
-
-impl CacheFlags {
-    /// Defaults: tid front, ordered freelists.
-    pub const NONE: Self = Self(0);
-    /// Use the sheaves front instead of the tid fast path.
-    pub const SHEAVES: Self = Self(1);
-    /// Randomise the freelist order of new slabs (`CONFIG_SLAB_FREELIST_RANDOM`).
-    pub const RANDOM_FREELIST: Self = Self(2);
-
-    /// Both sets of flags.
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for CacheFlags {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        self.union(rhs)
+bitflags::bitflags! {
+    /// Per-cache options (Linux's `SLAB_*` flags that matter here). The
+    /// empty set is the default: the tid front with ordered freelists.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct CacheFlags: u32 {
+        /// Use the sheaves front instead of the tid fast path.
+        const SHEAVES = 1;
+        /// Randomise the freelist order of new slabs
+        /// (`CONFIG_SLAB_FREELIST_RANDOM`).
+        const RANDOM_FREELIST = 2;
     }
 }
 
@@ -84,15 +67,6 @@ impl Default for CacheConfig {
     }
 }
 
-/// Which front serves `alloc`/`free`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Front {
-    /// Lockless `(freelist, tid)` fast path.
-    Tid,
-    /// Per-CPU sheaves with a per-node barn.
-    Sheaves,
-}
-
 /// A SLUB cache of fixed-size objects (`struct kmem_cache`).
 ///
 /// Generic over the page source `P`, the per-CPU backend `C`, the DW-CAS `D`
@@ -109,7 +83,6 @@ pub struct KmemCache<
     pub(crate) geo: Geometry,
     pub(crate) codec: Codec,
     pub(crate) tid_step: u64,
-    pub(crate) front: Front,
     /// The front and whether the cache is destroyed, in the one byte every
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
@@ -151,7 +124,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> core::fmt::Debug for Kme
             .field("slot", &self.geo.slot)
             .field("objects", &self.geo.objects)
             .field("slab_bytes", &self.geo.slab_bytes)
-            .field("front", &self.front)
+            .field("flags", &self.flags)
             .finish_non_exhaustive()
     }
 }
@@ -252,20 +225,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64));
         let secret = mix(seed) | 1;
-        let front = if flags.contains(CacheFlags::SHEAVES) {
-            Front::Sheaves
-        } else {
-            Front::Tid
-        };
         Ok(Self {
             cpu,
             geo,
             codec: Codec { secret, fp_off },
             tid_step: (nr_cpus as u64).next_power_of_two(),
-            front,
-            mode: AtomicU8::new(match front {
-                Front::Tid => MODE_TID,
-                Front::Sheaves => MODE_SHEAVES,
+            mode: AtomicU8::new(if flags.contains(CacheFlags::SHEAVES) {
+                MODE_SHEAVES
+            } else {
+                MODE_TID
             }),
             cpus,
             pages,
@@ -313,9 +281,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         self.geo.slab_bytes
     }
 
-    /// The front serving this cache.
-    pub fn front(&self) -> Front {
-        self.front
+    /// The flags the cache was created with; the front serving it is
+    /// `flags().contains(CacheFlags::SHEAVES)` (sheaves) or not (tid).
+    pub fn flags(&self) -> CacheFlags {
+        self.flags
     }
 
     /// The tid step: a power of two at least the number of CPUs.
@@ -542,7 +511,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         {
             let (_g, cpu) = self.cpus.pin();
-            if self.front == Front::Sheaves {
+            if self.flags.contains(CacheFlags::SHEAVES) {
                 self.flush_cpu_sheaves(cpu);
             }
             self.flush_cpu(cpu);
@@ -563,7 +532,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         // Exclusive access: no CPU runs on this cache, so every CPU's state
         // can be flushed from here (what Linux does with an IPI per CPU).
         for cpu in 0..self.nr_cpus {
-            if self.front == Front::Sheaves {
+            if self.flags.contains(CacheFlags::SHEAVES) {
                 self.flush_cpu_sheaves(cpu);
             }
             self.flush_cpu(cpu);

@@ -65,7 +65,7 @@ mod sync;
 #[doc(hidden)]
 pub mod loom_mutation;
 
-pub use cache::{CacheConfig, CacheFlags, Front, KmemCache};
+pub use cache::{CacheConfig, CacheFlags, KmemCache};
 pub use cpu_local::{CpuLocal, PreemptPoint};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
@@ -94,7 +94,3 @@ cfg_if::cfg_if! {
         pub type DefaultDwCas = arch_api::LockedDwCas;
     }
 }
-
-/// Alias of [`DefaultDwCas`] for tests and examples.
-#[doc(hidden)]
-pub type DwCasUsed = DefaultDwCas;

@@ -279,7 +279,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         self.flags
     }
 
-    /// The tid step: a power of two at least the number of CPUs.
+    /// The tid step: a power of two at least the number of CPUs (feature
+    /// `testing`; not part of the API).
+    #[cfg(feature = "testing")]
     pub fn tid_step(&self) -> u64 {
         self.tid.tid_step()
     }
@@ -299,7 +301,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         self.slabs.nr_slabs()
     }
 
-    /// The `(freelist, tid)` pair of CPU `cpu` (tests and diagnostics).
+    /// The `(freelist, tid)` pair of CPU `cpu` of the tid front (feature
+    /// `testing`; not part of the API).
+    #[cfg(feature = "testing")]
     pub fn cpu_state(&self, cpu: usize) -> Option<arch_api::DoubleWord> {
         (cpu < self.nr_cpus && !self.is_destroyed()).then(|| self.tid.cpu_state(cpu))
     }

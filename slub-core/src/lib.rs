@@ -19,7 +19,8 @@
 //! * Hardening: obfuscated, validated freelist pointers (always), optional
 //!   freelist randomisation, fast-path double-free detection; red zones,
 //!   poisoning and ownership checks under `debug` (`hardening.rs`).
-//! * Counters under `stats` and a `/proc/slabinfo` line (`stats.rs`).
+//! * Counters under `stats` (`KmemCache::stats`, `CacheStats`, `StatItem`)
+//!   and a `/proc/slabinfo` line ([`KmemCache::slabinfo`], [`SlabInfo`]).
 //!
 //! # Seams
 //!
@@ -81,9 +82,10 @@ mod percpu;
 mod sheaves;
 mod slab;
 mod slabs;
-#[doc(hidden)]
-pub mod stats;
+mod stats;
 mod sync;
+#[cfg(any(kmm_loom, feature = "testing"))]
+pub mod testing;
 mod tid;
 
 #[cfg(kmm_loom)]
@@ -91,14 +93,16 @@ mod tid;
 pub mod loom_mutation;
 
 pub use cache::{CacheConfig, CacheFlags, KmemCache};
-pub use cpu_local::{CpuLocal, PreemptPoint};
+pub use cpu_local::CpuLocal;
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
     KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index,
 };
 pub use page_source::{FramePages, PageSource};
-pub use stats::{CacheStats, NR_STATS, SlabInfo, StatItem};
+pub use stats::SlabInfo;
+#[cfg(feature = "stats")]
+pub use stats::{CacheStats, NR_STATS, StatItem};
 
 #[cfg(feature = "std")]
 pub use cpu_local::migrating::MigratingCpus;

@@ -11,9 +11,12 @@ use core::fmt;
 
 macro_rules! items {
     ($($(#[$m:meta])* $v:ident = $n:literal,)*) => {
-        /// One SLUB_STATS counter.
+        /// One SLUB_STATS counter (read with
+        /// [`KmemCache::stats`](crate::KmemCache::stats) under feature
+        /// `stats`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum StatItem { $($(#[$m])* $v,)* }
+        #[cfg(feature = "stats")]
         impl StatItem {
             /// Every counter, in order.
             pub const ALL: &'static [StatItem] = &[$(StatItem::$v,)*];
@@ -71,6 +74,7 @@ items! {
 }
 
 /// Number of counters.
+#[cfg(feature = "stats")]
 pub const NR_STATS: usize = StatItem::ALL.len();
 
 /// One CPU's counters (a line of the slab layer's per-CPU array; aligned
@@ -101,13 +105,14 @@ impl CpuStats {
 }
 
 /// A snapshot of every counter, summed over CPUs.
+#[cfg(feature = "stats")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheStats {
     counts: [u64; NR_STATS],
 }
 
+#[cfg(feature = "stats")]
 impl CacheStats {
-    #[cfg(feature = "stats")]
     pub(crate) fn from_counts(counts: [u64; NR_STATS]) -> Self {
         Self { counts }
     }

@@ -15,7 +15,7 @@
 //! to a slab from the per-CPU partial list, the node partial list or the page
 //! source, and then deactivates the old one (the 2014 leak was losing it).
 
-use crate::cpu_local::{CpuLocal, PreemptPoint};
+use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
 use crate::freelist::{NO_SLAB, is_token, valid_next, walk};
 use crate::page_source::PageSource;
@@ -36,6 +36,14 @@ struct CpuSlab {
     cell: DwCell,
     /// Per-CPU partial slabs (frozen).
     partial: CpuPartial,
+}
+
+/// Which operation a [`TidFront::tid_commit`] ends (its counter, and the
+/// preemption point a test backend sees).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Window {
+    Alloc,
+    Free,
 }
 
 /// What a fast-path free did.
@@ -96,11 +104,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     }
 
     /// The tid step.
+    #[cfg(feature = "testing")]
     pub(crate) fn tid_step(&self) -> u64 {
         self.tid_step
     }
 
     /// The `(freelist, tid)` pair of CPU `cpu`.
+    #[cfg(feature = "testing")]
     pub(crate) fn cpu_state(&self, cpu: usize) -> DoubleWord {
         self.cpu.get(cpu).cell.load()
     }
@@ -152,9 +162,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         })
     }
 
-    /// The CAS that ends every tid fast path, alloc (`window` =
-    /// `AllocWindow`) or free: the preemption point the migrating backend
-    /// tests, the cell of the CPU we are on now (unless only the owner ever
+    /// The CAS that ends every tid fast path, alloc or free: the preemption
+    /// point of the test backends (feature `testing`), the cell of the CPU we are on now (unless only the owner ever
     /// writes it), the CAS from `(fl, tid)` to `(head, next tid)`, and its
     /// counter. `cpu` becomes the CPU the CAS was tried on, so a retry
     /// reads that CPU's cell.
@@ -163,12 +172,16 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         &self,
         s: &Slabs<P, C, D, R>,
         cpu: &mut usize,
-        window: PreemptPoint,
+        window: Window,
         fl: u64,
         tid: u64,
         head: u64,
     ) -> bool {
-        s.cpus().preempt_point(window);
+        #[cfg(any(kmm_loom, feature = "testing"))]
+        s.cpus().preempt_point(match window {
+            Window::Alloc => crate::testing::PreemptPoint::AllocWindow,
+            Window::Free => crate::testing::PreemptPoint::FreeWindow,
+        });
         if !C::OWNER_ONLY_WRITES {
             *cpu = s.cpus().current_cpu().unwrap_or(*cpu);
         }
@@ -179,7 +192,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         ) {
             s.stat(
                 *cpu,
-                if window == PreemptPoint::AllocWindow {
+                if window == Window::Alloc {
                     StatItem::AllocFastpath
                 } else {
                     StatItem::FreeFastpath
@@ -231,7 +244,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         {
             return None;
         }
-        self.tid_commit(s, &mut cpu, PreemptPoint::AllocWindow, fl, tid, next)
+        self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next)
             .then_some(fl as usize)
     }
 
@@ -249,7 +262,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                 let Some(next) = self.next_of(s, c, fl, tid)? else {
                     continue;
                 };
-                if self.tid_commit(s, &mut cpu, PreemptPoint::AllocWindow, fl, tid, next) {
+                if self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next) {
                     return Ok(fl as usize);
                 }
             }
@@ -413,7 +426,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         // SAFETY: `p` is an object of the CPU slab (range-checked here and
         // boundary-checked by the caller) and is being freed by us.
         unsafe { s.codec().set(p, fl) };
-        if self.tid_commit(s, &mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
+        if self.tid_commit(s, &mut cpu, Window::Free, fl, tid, p as u64) {
             FastFree::Done
         } else {
             FastFree::Slow
@@ -437,7 +450,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                 // SAFETY: `p` is an object of the CPU slab (range-checked and
                 // boundary-checked by the caller) and is being freed by us.
                 unsafe { s.codec().set(p, fl) };
-                if self.tid_commit(s, &mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
+                if self.tid_commit(s, &mut cpu, Window::Free, fl, tid, p as u64) {
                     return Ok(());
                 }
             }

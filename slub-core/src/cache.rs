@@ -74,12 +74,16 @@ impl Default for CacheConfig {
 /// Generic over the page source `P`, the per-CPU backend `C`, the DW-CAS `D`
 /// (default: the target's, see [`crate::DefaultDwCas`]) and the raw lock `R`
 /// of the node lists and the barn.
+#[repr(C)]
 pub struct KmemCache<
     P: PageSource,
     C: CpuLocal,
     D: DwCas = crate::DefaultDwCas,
     R: RawMutex = DefaultRawMutex,
 > {
+    /// First, so that `&self.slabs` is `self`: the calls from the fronts
+    /// into the slab layer need no address computation.
+    slabs: Slabs<P, C, D, R>,
     /// The front and whether the cache is destroyed, in the one byte every
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
@@ -87,7 +91,6 @@ pub struct KmemCache<
     tid: TidFront<P, C, D, R>,
     /// Has no per-CPU array on a tid cache.
     sheaves: SheafFront<P, C, D, R>,
-    slabs: Slabs<P, C, D, R>,
     flags: CacheFlags,
     name: &'static str,
     nr_cpus: usize,

@@ -17,6 +17,7 @@ mod vmalloc_loop;
 use crate::arch;
 use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
+use arch_api::OffsetPhysMap;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::{FramePages, SlubGlobalAlloc};
@@ -26,8 +27,8 @@ use slub_core::{FramePages, SlubGlobalAlloc};
 static ALLOC: SlubGlobalAlloc<&'static FramePages<Frames>, OneCpu> =
     SlubGlobalAlloc::new(&SLAB_PAGES, OneCpu);
 
-/// Slab pages straight from the frame bitmap (identity-mapped).
-static SLAB_PAGES: FramePages<Frames> = FramePages::new(Frames);
+/// Slab pages straight from the frame bitmap, through the identity map.
+static SLAB_PAGES: FramePages<Frames> = FramePages::new(Frames, OffsetPhysMap { offset: 0 });
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;

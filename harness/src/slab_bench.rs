@@ -176,7 +176,7 @@ fn make(w: Which) -> Box<dyn Bench> {
     let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
     match w {
         Which::Slub => Box::new(Slub(
-            Kmalloc::new(pages, ThreadCpus, CacheFlags::NONE).unwrap(),
+            Kmalloc::new(pages, ThreadCpus, CacheFlags::empty()).unwrap(),
         )),
         Which::Sheaves => Box::new(Slub(
             Kmalloc::new(pages, ThreadCpus, CacheFlags::SHEAVES).unwrap(),
@@ -454,7 +454,7 @@ pub fn slabinfo(common: &Common, a: &SlabinfoArgs) -> i32 {
     let flags = if a.sheaves {
         CacheFlags::SHEAVES
     } else {
-        CacheFlags::NONE
+        CacheFlags::empty()
     };
     let km: Kmalloc<&SystemPages, ThreadCpus> = Kmalloc::new(pages, ThreadCpus, flags).unwrap();
     let mut held = Vec::new();

@@ -8,7 +8,10 @@ use std::hint::black_box;
 
 fn fronts(c: &mut Criterion) {
     let pages = SystemPages::new();
-    for (name, flags) in [("tid", CacheFlags::NONE), ("sheaves", CacheFlags::SHEAVES)] {
+    for (name, flags) in [
+        ("tid", CacheFlags::empty()),
+        ("sheaves", CacheFlags::SHEAVES),
+    ] {
         let cache: KmemCache<&SystemPages, ThreadCpus> =
             KmemCache::new("bench-256", 256, 8, flags, &pages, ThreadCpus).unwrap();
         c.bench_function(&format!("{name}/fastpath_reuse_256"), |b| {

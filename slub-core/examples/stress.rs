@@ -73,7 +73,10 @@ fn main() {
         .unwrap_or(10_000_000);
     let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(4).max(1);
     let mut bad = false;
-    for (name, flags) in [("tid", CacheFlags::NONE), ("sheaves", CacheFlags::SHEAVES)] {
+    for (name, flags) in [
+        ("tid", CacheFlags::empty()),
+        ("sheaves", CacheFlags::SHEAVES),
+    ] {
         let t = Instant::now();
         match run(flags, threads, ops) {
             Ok((leaked, peak)) => {

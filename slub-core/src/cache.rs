@@ -1,51 +1,36 @@
-//! `kmem_cache`: one object size, its slabs, its per-CPU state and its node.
+//! `kmem_cache`: one object size, its front and its slab layer.
 //!
 //! Start here: [`KmemCache::new`], [`KmemCache::alloc`], [`KmemCache::free`],
 //! [`KmemCache::shrink`], [`KmemCache::destroy`]. The front (tid fast path or
-//! sheaves) is chosen per cache with [`CacheFlags::SHEAVES`]; both share the
-//! slab layer (`partial.rs`, `remote.rs`).
+//! sheaves) is chosen per cache with [`CacheFlags::SHEAVES`]; this file only
+//! dispatches to it (one mode byte per operation) and owns the lifecycle.
+//! Both fronts call the slab layer (`slabs/`).
 
+use crate::barn::Barn;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
-use crate::fast_tid::{CpuSlab, FastFree};
 use crate::freelist::Codec;
 use crate::page_source::PageSource;
-use crate::partial::Node;
-use crate::sheaves::Barn;
-use crate::slab::{Geometry, SLAB_MAGIC, Slab};
+use crate::sheaves::SheafFront;
+use crate::slab::Geometry;
+use crate::slabs::{Slabs, SlabsConfig, mix};
+use crate::stats::SlabInfo;
+use crate::tid::{FastFree, TidFront};
 use arch_api::DwCas;
 use arch_api::sync::{DefaultRawMutex, RawMutex};
-use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-/// Per-cache options (Linux's `SLAB_*` flags that matter here).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheFlags(u32);
-
-impl CacheFlags {
-    /// Defaults: tid front, ordered freelists.
-    pub const NONE: Self = Self(0);
-    /// Use the sheaves front instead of the tid fast path.
-    pub const SHEAVES: Self = Self(1);
-    /// Randomise the freelist order of new slabs (`CONFIG_SLAB_FREELIST_RANDOM`).
-    pub const RANDOM_FREELIST: Self = Self(2);
-
-    /// Both sets of flags.
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for CacheFlags {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        self.union(rhs)
+bitflags::bitflags! {
+    /// Per-cache options (Linux's `SLAB_*` flags that matter here). The
+    /// empty set is the default: the tid front with ordered freelists.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct CacheFlags: u32 {
+        /// Use the sheaves front instead of the tid fast path.
+        const SHEAVES = 1;
+        /// Randomise the freelist order of new slabs
+        /// (`CONFIG_SLAB_FREELIST_RANDOM`).
+        const RANDOM_FREELIST = 2;
     }
 }
 
@@ -84,50 +69,31 @@ impl Default for CacheConfig {
     }
 }
 
-/// Which front serves `alloc`/`free`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Front {
-    /// Lockless `(freelist, tid)` fast path.
-    Tid,
-    /// Per-CPU sheaves with a per-node barn.
-    Sheaves,
-}
-
 /// A SLUB cache of fixed-size objects (`struct kmem_cache`).
 ///
 /// Generic over the page source `P`, the per-CPU backend `C`, the DW-CAS `D`
 /// (default: the target's, see [`crate::DefaultDwCas`]) and the raw lock `R`
 /// of the node lists and the barn.
+#[repr(C)]
 pub struct KmemCache<
     P: PageSource,
     C: CpuLocal,
     D: DwCas = crate::DefaultDwCas,
     R: RawMutex = DefaultRawMutex,
 > {
-    // Read on every fast-path operation; kept together.
-    pub(crate) cpu: NonNull<CpuSlab>,
-    pub(crate) geo: Geometry,
-    pub(crate) codec: Codec,
-    pub(crate) tid_step: u64,
-    pub(crate) front: Front,
+    /// First, so that `&self.slabs` is `self`: the calls from the fronts
+    /// into the slab layer need no address computation.
+    slabs: Slabs<P, C, D, R>,
     /// The front and whether the cache is destroyed, in the one byte every
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
     mode: AtomicU8,
-    pub(crate) cpus: C,
-    pub(crate) pages: P,
-    pub(crate) flags: CacheFlags,
-    pub(crate) config: CacheConfig,
-    pub(crate) node: Node<R>,
-    pub(crate) barn: Barn<R>,
-    /// Slabs obtained from the page source and not yet returned.
-    pub(crate) nr_slabs: AtomicUsize,
-    pub(crate) rng: AtomicU64,
-    pub(crate) magic: u64,
-    pub(crate) name: &'static str,
+    tid: TidFront<P, C, D, R>,
+    /// Has no per-CPU array on a tid cache.
+    sheaves: SheafFront<P, C, D, R>,
+    flags: CacheFlags,
+    name: &'static str,
     nr_cpus: usize,
-    cpu_bytes: usize,
-    _cas: PhantomData<D>,
 }
 
 // SAFETY: all shared state is behind atomics, DW-CAS cells, the node lock,
@@ -147,11 +113,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> core::fmt::Debug for Kme
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KmemCache")
             .field("name", &self.name)
-            .field("size", &self.geo.size)
-            .field("slot", &self.geo.slot)
-            .field("objects", &self.geo.objects)
-            .field("slab_bytes", &self.geo.slab_bytes)
-            .field("front", &self.front)
+            .field("size", &self.slabs.geo().size)
+            .field("slot", &self.slabs.geo().slot)
+            .field("objects", &self.slabs.geo().objects)
+            .field("slab_bytes", &self.slabs.geo().slab_bytes)
+            .field("flags", &self.flags)
             .finish_non_exhaustive()
     }
 }
@@ -165,14 +131,6 @@ const MODE_SHEAVES: u8 = 0;
 const MODE_TID: u8 = 1;
 /// `KmemCache::mode`: destroyed.
 const MODE_DESTROYED: u8 = 2;
-
-/// splitmix64: mixes seeds into secrets.
-pub(crate) fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `kmem_cache_create`: a cache of `size`-byte objects aligned to `align`
@@ -217,11 +175,6 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             return Err(CacheError::BadAlign);
         }
         let align = align.max(8);
-        // Normalised once: the sheaves fast path compares against it.
-        let config = CacheConfig {
-            sheaf_capacity: config.sheaf_capacity.max(1),
-            ..config
-        };
         let (slot, fp_off) = crate::hardening::layout(size, align);
         let nr_cpus = cpus.nr_cpus().max(1);
         let geo = Geometry::new(
@@ -234,52 +187,62 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             crate::slab::min_objects(nr_cpus),
         )
         .ok_or(CacheError::BadSize)?;
-        let cpu_bytes = (nr_cpus * core::mem::size_of::<CpuSlab>()).next_multiple_of(page);
-        let cpu_mem = pages
-            .alloc_pages(cpu_bytes, page)
-            .ok_or(CacheError::OutOfMemory)?;
-        let cpu = cpu_mem.cast::<CpuSlab>();
-        for i in 0..nr_cpus {
-            // SAFETY: `cpu_mem` holds `nr_cpus` CpuSlabs (size checked above),
-            // is page aligned (so aligned for CpuSlab's 64 bytes) and ours.
-            unsafe { CpuSlab::init_in_place(cpu.as_ptr().add(i), i as u64) };
-        }
+        let sheaves_on = flags.contains(CacheFlags::SHEAVES);
+        // The per-CPU arrays come first: the tid array's address seeds the
+        // secret, and the slab layer takes `pages` by value after them.
+        let Some(mut tid) = TidFront::new(&pages, nr_cpus) else {
+            return Err(CacheError::OutOfMemory);
+        };
+        let barn = Barn::new(
+            config.sheaf_capacity,
+            config.barn_max_full,
+            config.barn_max_empty,
+        );
+        let Some(mut sheaves) = SheafFront::new(&pages, nr_cpus, sheaves_on, barn) else {
+            // SAFETY: just allocated from `pages`; nothing uses it.
+            unsafe { tid.release(&pages) };
+            return Err(CacheError::OutOfMemory);
+        };
         let seq = CACHE_SEQ.fetch_add(1, Ordering::Relaxed);
-        let seed = mix(config.seed ^ mix(cpu_mem.as_ptr() as u64 ^ seq.rotate_left(32)));
+        let seed = mix(config.seed ^ mix(tid.addr() as u64 ^ seq.rotate_left(32)));
         #[cfg(all(feature = "std", not(kmm_loom), not(miri)))]
         let seed = seed
             ^ mix(std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64));
         let secret = mix(seed) | 1;
-        let front = if flags.contains(CacheFlags::SHEAVES) {
-            Front::Sheaves
-        } else {
-            Front::Tid
+        let slabs = Slabs::new(
+            geo,
+            Codec { secret, fp_off },
+            pages,
+            cpus,
+            SlabsConfig {
+                min_partial: config.min_partial,
+                cpu_partial: config.cpu_partial,
+                random_freelist: flags.contains(CacheFlags::RANDOM_FREELIST),
+                seed,
+            },
+        );
+        let slabs = match slabs {
+            Ok(s) => s,
+            Err((pages, _)) => {
+                // SAFETY: both allocated from `pages` above; nothing uses
+                // them.
+                unsafe {
+                    sheaves.release(&pages);
+                    tid.release(&pages);
+                }
+                return Err(CacheError::OutOfMemory);
+            }
         };
         Ok(Self {
-            cpu,
-            geo,
-            codec: Codec { secret, fp_off },
-            tid_step: (nr_cpus as u64).next_power_of_two(),
-            front,
-            mode: AtomicU8::new(match front {
-                Front::Tid => MODE_TID,
-                Front::Sheaves => MODE_SHEAVES,
-            }),
-            cpus,
-            pages,
+            mode: AtomicU8::new(if sheaves_on { MODE_SHEAVES } else { MODE_TID }),
+            tid,
+            sheaves,
+            slabs,
             flags,
-            config,
-            node: Node::new(),
-            barn: Barn::new(),
-            nr_slabs: AtomicUsize::new(0),
-            rng: AtomicU64::new(mix(seed ^ 0x5eed)),
-            magic: SLAB_MAGIC ^ secret,
             name,
             nr_cpus,
-            cpu_bytes,
-            _cas: PhantomData,
         })
     }
 
@@ -295,60 +258,57 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
 
     /// The object size asked for.
     pub fn object_size(&self) -> usize {
-        self.geo.size
+        self.slabs.geo().size
     }
 
     /// The stride between objects (size, alignment and debug metadata).
     pub fn slot_size(&self) -> usize {
-        self.geo.slot
+        self.slabs.geo().slot
     }
 
     /// Objects per slab.
     pub fn objects_per_slab(&self) -> usize {
-        self.geo.objects
+        self.slabs.geo().objects
     }
 
     /// Bytes per slab (slabs are aligned to this).
     pub fn slab_bytes(&self) -> usize {
-        self.geo.slab_bytes
+        self.slabs.geo().slab_bytes
     }
 
-    /// The front serving this cache.
-    pub fn front(&self) -> Front {
-        self.front
+    /// The flags the cache was created with; the front serving it is
+    /// `flags().contains(CacheFlags::SHEAVES)` (sheaves) or not (tid).
+    pub fn flags(&self) -> CacheFlags {
+        self.flags
     }
 
-    /// The tid step: a power of two at least the number of CPUs.
+    /// The tid step: a power of two at least the number of CPUs (feature
+    /// `testing`; not part of the API).
+    #[cfg(feature = "testing")]
     pub fn tid_step(&self) -> u64 {
-        self.tid_step
+        self.tid.tid_step()
     }
 
     /// The per-CPU backend.
     pub fn cpus(&self) -> &C {
-        &self.cpus
+        self.slabs.cpus()
     }
 
     /// The page source.
     pub fn pages(&self) -> &P {
-        &self.pages
+        self.slabs.pages()
     }
 
     /// Slabs currently held from the page source.
     pub fn nr_slabs(&self) -> usize {
-        self.nr_slabs.load(Ordering::Relaxed)
+        self.slabs.nr_slabs()
     }
 
-    /// The `(freelist, tid)` pair of CPU `cpu` (tests and diagnostics).
+    /// The `(freelist, tid)` pair of CPU `cpu` of the tid front (feature
+    /// `testing`; not part of the API).
+    #[cfg(feature = "testing")]
     pub fn cpu_state(&self, cpu: usize) -> Option<arch_api::DoubleWord> {
-        (cpu < self.nr_cpus).then(|| self.cpu_slab(cpu).cell.load())
-    }
-
-    #[inline(always)]
-    pub(crate) fn cpu_slab(&self, cpu: usize) -> &CpuSlab {
-        debug_assert!(cpu < self.nr_cpus);
-        // SAFETY: the CpuLocal contract gives ids below `nr_cpus`, and the
-        // array holds `nr_cpus` initialised CpuSlabs for the cache's life.
-        unsafe { &*self.cpu.as_ptr().add(cpu) }
+        (cpu < self.nr_cpus && !self.is_destroyed()).then(|| self.tid.cpu_state(cpu))
     }
 
     /// Number of CPU slots.
@@ -381,9 +341,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         // One byte decides the front and "destroyed".
         let mode = self.mode.load(Ordering::Relaxed);
         let p = if mode == MODE_SHEAVES {
-            self.alloc_sheaves_fast()?
+            self.sheaves.alloc_fast(&self.slabs)?
         } else if mode == MODE_TID {
-            self.alloc_tid_fast()?
+            self.tid.alloc_fast(&self.slabs)?
         } else {
             return None;
         };
@@ -411,12 +371,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     #[inline]
     fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
         let p = match self.mode.load(Ordering::Relaxed) {
-            MODE_SHEAVES => self.alloc_sheaves()?,
-            MODE_TID => self.alloc_tid()?,
+            MODE_SHEAVES => self.sheaves.alloc(&self.tid, &self.slabs)?,
+            MODE_TID => self.tid.alloc(&self.slabs)?,
             _ => return Err(AllocError::Destroyed),
         };
         #[cfg(feature = "debug")]
-        crate::hardening::on_alloc(&self.geo, p)?;
+        crate::hardening::on_alloc(self.slabs.geo(), p)?;
         // SAFETY: objects are inside slab memory, never at address 0.
         Ok(unsafe { NonNull::new_unchecked(p as *mut u8) })
     }
@@ -440,7 +400,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         let p = ptr.as_ptr() as usize;
         match self.free_fast(p) {
             FastFree::Done => Ok(()),
-            FastFree::ToSlab => self.free_to_slab(p),
+            FastFree::ToSlab => self.slabs.free_to_slab(p),
             // SAFETY: the caller's contract.
             FastFree::Slow => unsafe { self.free_slow_call(ptr) },
         }
@@ -455,13 +415,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     #[inline(always)]
     fn free_fast(&self, p: usize) -> FastFree {
         let mode = self.mode.load(Ordering::Relaxed);
-        if mode == MODE_DESTROYED || !self.geo.is_object_in_own_slab(p) {
+        if mode == MODE_DESTROYED || !self.slabs.geo().is_object_in_own_slab(p) {
             return FastFree::Slow;
         }
         if mode == MODE_SHEAVES {
-            self.free_sheaves_fast(p)
+            self.sheaves.free_fast(&self.slabs, p)
         } else {
-            self.free_tid_fast(p)
+            self.tid.free_fast(&self.slabs, p)
         }
     }
 
@@ -491,7 +451,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     #[inline]
     unsafe fn free_slow(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         let p = ptr.as_ptr() as usize;
-        let base = self.geo.base_of(p);
+        let geo = self.slabs.geo();
+        let base = geo.base_of(p);
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == MODE_DESTROYED {
             return Err(FreeError::Destroyed);
@@ -499,38 +460,18 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         #[cfg(feature = "debug")]
         {
             // SAFETY: the caller's contract; `owns` is consulted first.
-            unsafe { self.check_owner(p)? };
+            unsafe { self.slabs.check_owner(p)? };
         }
-        if !self.geo.is_object(base, p) {
+        if !geo.is_object(base, p) {
             return Err(FreeError::Misaligned { ptr: p });
         }
         #[cfg(feature = "debug")]
-        crate::hardening::on_free(&self.geo, p)?;
+        crate::hardening::on_free(geo, p)?;
         if mode == MODE_SHEAVES {
-            self.free_sheaves(p)
+            self.sheaves.free(&self.tid, &self.slabs, p)
         } else {
-            self.free_tid(p)
+            self.tid.free(&self.slabs, p)
         }
-    }
-
-    /// Whether `p` is inside a slab of this cache: the page source does not
-    /// disown it and the slab header carries this cache's magic.
-    ///
-    /// # Safety
-    /// If the page source cannot tell ownership, `p`'s naturally aligned
-    /// block must be mapped memory.
-    pub(crate) unsafe fn check_owner(&self, p: usize) -> Result<(), FreeError> {
-        let base = self.geo.base_of(p);
-        if p == 0 || self.pages.owns(base) == Some(false) {
-            return Err(FreeError::ForeignPointer { ptr: p });
-        }
-        // SAFETY: the page source owns `base` or the caller vouches that it is
-        // mapped; `magic` is a plain field at a fixed offset of the header.
-        let magic = unsafe { core::ptr::addr_of!((*(base as *const Slab)).magic).read_volatile() };
-        if magic != self.magic {
-            return Err(FreeError::ForeignPointer { ptr: p });
-        }
-        Ok(())
     }
 
     /// `kmem_cache_shrink`: flushes the calling CPU's slab, partial slabs and
@@ -541,14 +482,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             return 0;
         }
         {
-            let (_g, cpu) = self.cpus.pin();
-            if self.front == Front::Sheaves {
-                self.flush_cpu_sheaves(cpu);
-            }
+            let (_g, cpu) = self.slabs.cpus().pin();
             self.flush_cpu(cpu);
         }
-        self.flush_barn();
-        self.discard_empty_partials()
+        self.sheaves.flush_barn(&self.slabs);
+        self.slabs.discard_empty_partials()
     }
 
     /// `kmem_cache_destroy`. With objects still allocated it fails with
@@ -563,125 +501,68 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         // Exclusive access: no CPU runs on this cache, so every CPU's state
         // can be flushed from here (what Linux does with an IPI per CPU).
         for cpu in 0..self.nr_cpus {
-            if self.front == Front::Sheaves {
-                self.flush_cpu_sheaves(cpu);
-            }
             self.flush_cpu(cpu);
         }
-        self.flush_barn();
-        let free = self.node.free_objects();
-        let held = self.nr_slabs.load(Ordering::Acquire) * self.geo.objects;
+        self.sheaves.flush_barn(&self.slabs);
+        let free = self.slabs.free_objects();
+        let held = self.slabs.nr_slabs() * self.slabs.geo().objects;
         if held > free {
             return Err(DestroyError::LiveObjects {
                 remaining: held - free,
             });
         }
-        self.discard_empty_partials();
-        let left = self.nr_slabs.load(Ordering::Acquire);
+        self.slabs.discard_empty_partials();
+        let left = self.slabs.nr_slabs();
         if left != 0 {
             return Err(DestroyError::LeakedSlabs { slabs: left });
         }
-        self.release_sheaf_pool();
         self.mode.store(MODE_DESTROYED, Ordering::Release);
-        for i in 0..self.nr_cpus {
-            // SAFETY: initialised in `with_config`, dropped once, here.
-            unsafe { core::ptr::drop_in_place(self.cpu.as_ptr().add(i)) };
-        }
-        // SAFETY: allocated in `with_config` with exactly this size and
-        // alignment; nothing refers to it any more.
+        let pages = self.slabs.pages();
+        // SAFETY: exclusive access, every CPU and the barn flushed, every
+        // slab back: nothing uses the per-CPU arrays or the sheaf pool, which
+        // came from these pages.
         unsafe {
-            self.pages
-                .free_pages(self.cpu.cast(), self.cpu_bytes, self.pages.page_size())
-        };
+            self.sheaves.release(pages);
+            self.tid.release(pages);
+        }
+        self.slabs.release();
         Ok(())
     }
 
-    /// Allocates and initialises a new slab; returns it and its freelist
-    /// head (the whole list, which the caller owns: the slab is frozen with
-    /// every object counted in use).
-    pub(crate) fn new_slab(&self) -> Result<(*mut Slab, u64), AllocError> {
-        let g = &self.geo;
-        let mem = self
-            .pages
-            .alloc_pages(g.slab_bytes, g.slab_bytes)
-            .ok_or(AllocError::OutOfMemory)?;
-        let base = mem.as_ptr() as usize;
-        let slab = mem.as_ptr().cast::<Slab>();
-        // SAFETY: fresh, exclusively owned, slab_bytes-aligned memory, large
-        // enough for the header (the geometry puts objects after it).
-        unsafe {
-            slab.write(Slab {
-                state: arch_api::DwCell::new(arch_api::DoubleWord::new(
-                    crate::freelist::end_token(base),
-                    crate::slab::Counters::new(g.objects, g.objects, true).0,
-                )),
-                next: crate::sync::UnsafeCellPtr::null(),
-                prev: crate::sync::UnsafeCellPtr::null(),
-                magic: self.magic,
-                on_partial: core::cell::UnsafeCell::new(false),
-            })
-        };
-        #[cfg(feature = "debug")]
-        crate::hardening::init_slab(g, base);
-        let head = self.build_freelist(base);
-        self.nr_slabs.fetch_add(1, Ordering::AcqRel);
-        crate::stat!(self, AllocSlab);
-        Ok((slab, head))
-    }
-
-    /// Links the objects of a fresh slab, in address order or (with
-    /// `RANDOM_FREELIST`) in a random order: a random start and a random
-    /// stride coprime with the object count visit every object once.
-    fn build_freelist(&self, base: usize) -> u64 {
-        let g = &self.geo;
-        let n = g.objects;
-        let (mut idx, stride) = if self.flags.contains(CacheFlags::RANDOM_FREELIST) && n > 1 {
-            let r = mix(self.rng.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed));
-            let mut stride = (r >> 32) as usize % n;
-            while stride == 0 || gcd(stride, n) != 1 {
-                stride = (stride + 1) % n;
-            }
-            (r as usize % n, stride)
-        } else {
-            (0, 1)
-        };
-        let head = g.object(base, idx);
-        let mut cur = head;
-        for _ in 1..n {
-            idx = (idx + stride) % n;
-            let next = g.object(base, idx);
-            // SAFETY: `cur` is an object of the fresh slab we own.
-            unsafe { self.codec.set(cur, next as u64) };
-            cur = next;
+    /// Flushes CPU `cpu`'s sheaves (on a sheaves cache), slab and partial
+    /// slabs. Under the guard of `cpu`, or with exclusive access.
+    fn flush_cpu(&self, cpu: usize) {
+        if self.flags.contains(CacheFlags::SHEAVES) {
+            self.sheaves.flush_cpu(&self.tid, &self.slabs, cpu);
         }
-        // SAFETY: as above.
-        unsafe { self.codec.set(cur, crate::freelist::end_token(base)) };
-        head as u64
+        self.tid.flush_cpu(&self.slabs, cpu);
     }
 
-    /// Returns a slab to the page source (`discard_slab`). The slab must be
-    /// empty and on no list.
-    pub(crate) fn discard_slab(&self, slab: *mut Slab) {
-        // SAFETY: the caller guarantees the slab is empty, unreachable from
-        // every list and CPU, so we own it; it was written in `new_slab`.
-        unsafe {
-            core::ptr::drop_in_place(slab);
-            self.pages.free_pages(
-                NonNull::new_unchecked(slab.cast()),
-                self.geo.slab_bytes,
-                self.geo.slab_bytes,
-            );
+    /// The counters, summed over CPUs.
+    #[cfg(feature = "stats")]
+    pub fn stats(&self) -> crate::stats::CacheStats {
+        self.slabs.stats()
+    }
+
+    /// This cache's `/proc/slabinfo` line. Objects on CPU freelists, per-CPU
+    /// partial slabs and sheaves count as active, as in Linux.
+    pub fn slabinfo(&self) -> SlabInfo {
+        let (partial, free) = self.slabs.partial_summary();
+        let slabs = self.slabs.nr_slabs();
+        let geo = self.slabs.geo();
+        let num_objs = slabs * geo.objects;
+        SlabInfo {
+            name: self.name,
+            active_objs: num_objs.saturating_sub(free),
+            num_objs,
+            objsize: geo.slot,
+            objperslab: geo.objects,
+            pagesperslab: geo.slab_bytes / self.slabs.pages().page_size(),
+            active_slabs: slabs,
+            num_slabs: slabs,
+            partial_slabs: partial,
         }
-        self.nr_slabs.fetch_sub(1, Ordering::AcqRel);
-        crate::stat!(self, FreeSlab);
     }
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Drop for KmemCache<P, C, D, R> {

@@ -75,7 +75,7 @@ where
 {
     /// An adapter whose caches will use `pages` and `cpus` (tid front).
     pub const fn new(pages: P, cpus: C) -> Self {
-        Self::with_flags(pages, cpus, CacheFlags::NONE)
+        Self::with_flags(pages, cpus, CacheFlags::empty())
     }
 
     /// As [`new`](Self::new) with cache flags (e.g. the sheaves front).

@@ -12,7 +12,7 @@
 //!
 //! The always-on hardening (obfuscated freelist pointers, validated
 //! decoding, fast-path double-free detection) is in `freelist.rs` and
-//! `fast_tid.rs`.
+//! `tid.rs`.
 
 /// Red zone byte while the object is free.
 pub const SLUB_RED_INACTIVE: u8 = 0xbb;

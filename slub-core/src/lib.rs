@@ -10,14 +10,17 @@
 //! * [`Kmalloc`]: size classes 8, 16, …, 16384 from slabs, larger sizes from
 //!   the page source; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
 //! * Two fronts, chosen per cache ([`CacheFlags::SHEAVES`]):
-//!   the lockless tid path (`fast_tid.rs`) and sheaves + barn (`sheaves.rs`).
-//! * The slab layer both fronts share: slabs with end-token freelists
-//!   (`slab.rs`, `freelist.rs`), partial lists, freezing and deactivation
-//!   (`partial.rs`), remote frees with a slab-level DW-CAS (`remote.rs`).
+//!   the lockless tid path (`tid.rs`) and sheaves + barn (`sheaves.rs`,
+//!   `barn.rs`).
+//! * The slab layer both fronts share (`slabs/`): slabs with end-token
+//!   freelists (`slab.rs`, `freelist.rs`), partial lists, freezing and
+//!   deactivation (`slabs/partial.rs`), remote frees with a slab-level
+//!   DW-CAS (`slabs/remote.rs`).
 //! * Hardening: obfuscated, validated freelist pointers (always), optional
 //!   freelist randomisation, fast-path double-free detection; red zones,
 //!   poisoning and ownership checks under `debug` (`hardening.rs`).
-//! * Counters under `stats` and a `/proc/slabinfo` line (`stats.rs`).
+//! * Counters under `stats` (`KmemCache::stats`, `CacheStats`, `StatItem`)
+//!   and a `/proc/slabinfo` line ([`KmemCache::slabinfo`], [`SlabInfo`]).
 //!
 //! # Seams
 //!
@@ -33,47 +36,73 @@
 //! * The raw lock `R: lock_api::RawMutex` of node lists and the barn
 //!   (default `arch_api::sync::DefaultRawMutex`).
 //!
+//! # Layering
+//!
+//! Modules depend one way only, each layer on those below it:
+//!
+//! 1. `cache.rs` ([`KmemCache`]): validation, lifecycle and the one-byte
+//!    dispatch to the cache's front; `kmalloc.rs` and `global_alloc.rs` sit
+//!    on top of it.
+//! 2. `sheaves.rs` (`SheafFront`, over `barn.rs`), which refills and flushes
+//!    through the tid front's CPU slab, as Linux's bulk allocation does.
+//! 3. `tid.rs` (`TidFront`): the `(freelist, tid)` cells and the per-CPU
+//!    partial lists.
+//! 4. `slabs/` (`Slabs`): new and discarded slabs, the node partial list,
+//!    freezing, deactivation and remote frees.
+//! 5. Leaves: `percpu.rs` (per-CPU arrays in page-source memory), `slab.rs`,
+//!    `freelist.rs`, `hardening.rs`, `stats.rs`, `page_source.rs`,
+//!    `cpu_local/`, `error.rs`, `sync.rs`.
+//!
+//! Each front and the slab layer own their state in private fields (each
+//! front its own per-CPU line type); an upper layer passes `&Slabs` (and the
+//! sheaves front `&TidFront`) into every call rather than reaching into
+//! them.
+//!
 //! # Where to start reading
 //!
-//! `fast_tid.rs` (the fast path and its slow path), then `freelist.rs` and
-//! `slab.rs`, then `partial.rs` / `remote.rs`, then `sheaves.rs`.
+//! `tid.rs` (the fast path and its slow path), then `freelist.rs` and
+//! `slab.rs`, then `slabs/partial.rs` / `slabs/remote.rs`, then `sheaves.rs`.
 #![no_std]
 #![deny(missing_docs)]
 
 #[cfg(any(feature = "std", kmm_loom))]
 extern crate std;
 
+mod barn;
 mod cache;
 pub mod cpu_local;
 mod error;
-mod fast_tid;
 mod freelist;
 mod global_alloc;
 pub mod hardening;
 mod kmalloc;
 mod loom_hooks;
 mod page_source;
-mod partial;
-mod remote;
+mod percpu;
 mod sheaves;
 mod slab;
-#[doc(hidden)]
-pub mod stats;
+mod slabs;
+mod stats;
 mod sync;
+#[cfg(any(kmm_loom, feature = "testing"))]
+pub mod testing;
+mod tid;
 
 #[cfg(kmm_loom)]
 #[doc(hidden)]
 pub mod loom_mutation;
 
-pub use cache::{CacheConfig, CacheFlags, Front, KmemCache};
-pub use cpu_local::{CpuLocal, PreemptPoint};
+pub use cache::{CacheConfig, CacheFlags, KmemCache};
+pub use cpu_local::CpuLocal;
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
     KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index,
 };
 pub use page_source::{FramePages, PageSource};
-pub use stats::{CacheStats, NR_STATS, SlabInfo, StatItem};
+pub use stats::SlabInfo;
+#[cfg(feature = "stats")]
+pub use stats::{CacheStats, NR_STATS, StatItem};
 
 #[cfg(feature = "std")]
 pub use cpu_local::migrating::MigratingCpus;
@@ -94,7 +123,3 @@ cfg_if::cfg_if! {
         pub type DefaultDwCas = arch_api::LockedDwCas;
     }
 }
-
-/// Alias of [`DefaultDwCas`] for tests and examples.
-#[doc(hidden)]
-pub type DwCasUsed = DefaultDwCas;

@@ -3,14 +3,14 @@
 //! Slabs are naturally aligned blocks (a slab of `2^k` bytes starts at a
 //! multiple of `2^k`), so the slab of any object is `ptr & !(slab_bytes - 1)`,
 //! which is what makes the end token work without a `struct page` array.
-//! The OS provides the pages; arch-api's [`FrameSource`] + [`PhysMap`] pair
-//! plugs in through [`FramePages`], hosted code uses [`SystemPages`] (host
-//! heap through `std::alloc::System`, safe inside a `#[global_allocator]`)
-//! or [`ArenaPages`] (arch-api's simulated physical memory).
+//! The OS provides the pages; arch-api's [`FrameSource`] with the kernel's
+//! direct map ([`OffsetPhysMap`]) plugs in through [`FramePages`]; hosted
+//! code uses [`SystemPages`] (host heap through `std::alloc::System`, safe
+//! inside a `#[global_allocator]`) or [`ArenaPages`] (arch-api's simulated
+//! physical memory).
 
-use arch_api::{FrameSource, PhysAddr, PhysMap};
+use arch_api::{FrameSource, OffsetPhysMap, PhysAddr, PhysMap};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A source of naturally aligned page blocks for slabs, per-CPU arrays,
 /// sheaves and large kmalloc allocations.
@@ -63,61 +63,58 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &T {
     }
 }
 
-/// An OS's frame allocator and direct map as a page source.
+/// An OS's frame allocator and its direct map as a page source.
 ///
-/// Assumes the direct map is linear (`virt = phys + offset`, as Linux's
-/// `__va`, [`arch_api::OffsetPhysMap`] and the hosted `PhysArena`): the
-/// offset is learnt from the first frame and used to find the physical
-/// address of a block being freed.
+/// The direct map is the one the caller names, an [`OffsetPhysMap`]
+/// (`virt = phys + offset`, Linux's `__va`): a block is reached through it
+/// when allocated, and its physical address is `virt - offset` when freed.
+/// It must be linear because a free only has the virtual address to go on;
+/// an identity-mapped kernel passes `OffsetPhysMap { offset: 0 }`.
 pub struct FramePages<F> {
     frames: F,
-    /// `virt - phys` (wrapping), 0 until the first allocation.
-    delta: AtomicU64,
-    known: AtomicUsize,
+    map: OffsetPhysMap,
 }
 
 impl<F> core::fmt::Debug for FramePages<F> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FramePages").finish_non_exhaustive()
+        f.debug_struct("FramePages")
+            .field("map", &self.map)
+            .finish_non_exhaustive()
     }
 }
 
-impl<F: FrameSource + PhysMap> FramePages<F> {
-    /// Wraps a frame source that is also its own direct map.
-    pub const fn new(frames: F) -> Self {
-        Self {
-            frames,
-            delta: AtomicU64::new(0),
-            known: AtomicUsize::new(0),
-        }
+impl<F: FrameSource> FramePages<F> {
+    /// Slab pages from `frames`, reached through the direct map `map`.
+    pub const fn new(frames: F, map: OffsetPhysMap) -> Self {
+        Self { frames, map }
     }
 
     /// The wrapped source.
     pub fn frames(&self) -> &F {
         &self.frames
     }
+
+    /// The direct map in use.
+    pub fn phys_map(&self) -> OffsetPhysMap {
+        self.map
+    }
 }
 
 // SAFETY: frames come from the OS's `FrameSource`, which hands each range to
-// one owner until freed; `phys_to_ptr` gives the kernel's mapping of them.
-unsafe impl<F: FrameSource + PhysMap> PageSource for FramePages<F> {
+// one owner until freed; the caller's direct map gives the kernel's mapping
+// of them, and its offset takes a pointer back to the frame it maps.
+unsafe impl<F: FrameSource> PageSource for FramePages<F> {
     fn page_size(&self) -> usize {
         self.frames.granule() as usize
     }
 
     fn alloc_pages(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         let phys = self.frames.alloc(size as u64, align as u64).ok()?;
-        let virt = self.frames.phys_to_ptr(phys);
-        if self.known.load(Ordering::Acquire) == 0 {
-            self.delta
-                .store((virt as u64).wrapping_sub(phys.as_u64()), Ordering::Relaxed);
-            self.known.store(1, Ordering::Release);
-        }
-        NonNull::new(virt)
+        NonNull::new(self.map.phys_to_ptr(phys))
     }
 
     unsafe fn free_pages(&self, ptr: NonNull<u8>, size: usize, _align: usize) {
-        let phys = (ptr.as_ptr() as u64).wrapping_sub(self.delta.load(Ordering::Relaxed));
+        let phys = (ptr.as_ptr() as u64).wrapping_sub(self.map.offset);
         // A failure here means the caller broke the contract; there is
         // nothing useful to do with it in a free path.
         let _ = self.frames.free(PhysAddr::new(phys), size as u64);
@@ -127,6 +124,7 @@ unsafe impl<F: FrameSource + PhysMap> PageSource for FramePages<F> {
 #[cfg(feature = "std")]
 mod hosted {
     use super::*;
+    use core::sync::atomic::{AtomicUsize, Ordering};
     use std::alloc::{GlobalAlloc, Layout, System};
 
     /// Host heap pages straight from `std::alloc::System` (not through the
@@ -243,3 +241,36 @@ mod hosted {
 
 #[cfg(feature = "std")]
 pub use hosted::{ArenaPages, SystemPages};
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use arch_api::PhysArena;
+
+    /// The offset the caller gives is the one used both ways: every block
+    /// comes back to the frame it was taken from, whatever was allocated
+    /// first.
+    #[test]
+    fn frame_pages_use_the_given_direct_map() {
+        let arena = PhysArena::new(64 * 4096, 4096).unwrap();
+        let host = arena.phys_to_ptr(PhysArena::BASE) as u64;
+        let map = OffsetPhysMap {
+            offset: host.wrapping_sub(PhysArena::BASE.as_u64()),
+        };
+        let pages = FramePages::new(arena, map);
+        let arena = pages.frames();
+        assert_eq!(pages.phys_map(), map);
+        let a = pages.alloc_pages(4096, 4096).unwrap();
+        let b = pages.alloc_pages(4 * 4096, 4 * 4096).unwrap();
+        assert_eq!(b.as_ptr() as usize % (4 * 4096), 0);
+        // SAFETY: fresh blocks of the sizes asked for.
+        unsafe {
+            b.as_ptr().write_bytes(0xa5, 4 * 4096);
+            pages.free_pages(a, 4096, 4096);
+        }
+        assert_eq!(arena.frames_in_use(), 4);
+        // SAFETY: as above.
+        unsafe { pages.free_pages(b, 4 * 4096, 4 * 4096) };
+        assert_eq!(arena.frames_in_use(), 0);
+    }
+}

@@ -3,20 +3,20 @@
 //!
 //! Counters are per CPU and bumped with a relaxed load + store (no atomic
 //! read-modify-write on the fast path); with the migrating backend two tasks
-//! on one slot can lose an increment, so treat them as statistics.
+//! on one slot can lose an increment, so treat them as statistics. They are
+//! read with [`KmemCache::stats`](crate::KmemCache::stats) and the dump with
+//! [`KmemCache::slabinfo`](crate::KmemCache::slabinfo).
 
-use crate::cache::KmemCache;
-use crate::cpu_local::CpuLocal;
-use crate::page_source::PageSource;
-use arch_api::DwCas;
-use arch_api::sync::RawMutex;
 use core::fmt;
 
 macro_rules! items {
     ($($(#[$m:meta])* $v:ident = $n:literal,)*) => {
-        /// One SLUB_STATS counter.
+        /// One SLUB_STATS counter (read with
+        /// [`KmemCache::stats`](crate::KmemCache::stats) under feature
+        /// `stats`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum StatItem { $($(#[$m])* $v,)* }
+        #[cfg(feature = "stats")]
         impl StatItem {
             /// Every counter, in order.
             pub const ALL: &'static [StatItem] = &[$(StatItem::$v,)*];
@@ -74,10 +74,13 @@ items! {
 }
 
 /// Number of counters.
+#[cfg(feature = "stats")]
 pub const NR_STATS: usize = StatItem::ALL.len();
 
-/// Per-CPU counters.
+/// One CPU's counters (a line of the slab layer's per-CPU array; aligned
+/// so that CPUs do not share a cache line).
 #[cfg(feature = "stats")]
+#[repr(align(64))]
 pub(crate) struct CpuStats([core::sync::atomic::AtomicU64; NR_STATS]);
 
 #[cfg(feature = "stats")]
@@ -92,40 +95,28 @@ impl CpuStats {
         let c = &self.0[item as usize];
         c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
     }
-}
 
-/// Bumps a counter (nothing without `stats`).
-#[macro_export]
-#[doc(hidden)]
-macro_rules! stat {
-    ($cache:expr, $cpu:expr, $item:ident) => {{
-        #[cfg(feature = "stats")]
-        $cache
-            .cpu_slab($cpu)
-            .stats
-            .inc($crate::stats::StatItem::$item);
-        #[cfg(not(feature = "stats"))]
-        let _ = &$cpu;
-    }};
-    ($cache:expr, $item:ident) => {{
-        #[cfg(feature = "stats")]
-        {
-            let cpu = $crate::cpu_local::CpuLocal::current_cpu(&$cache.cpus).unwrap_or(0);
-            $cache
-                .cpu_slab(cpu)
-                .stats
-                .inc($crate::stats::StatItem::$item);
+    /// Adds this CPU's counts to `counts`.
+    pub(crate) fn add_to(&self, counts: &mut [u64; NR_STATS]) {
+        for (sum, c) in counts.iter_mut().zip(&self.0) {
+            *sum += c.load(core::sync::atomic::Ordering::Relaxed);
         }
-    }};
+    }
 }
 
 /// A snapshot of every counter, summed over CPUs.
+#[cfg(feature = "stats")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheStats {
     counts: [u64; NR_STATS],
 }
 
+#[cfg(feature = "stats")]
 impl CacheStats {
+    pub(crate) fn from_counts(counts: [u64; NR_STATS]) -> Self {
+        Self { counts }
+    }
+
     /// One counter.
     pub fn get(&self, item: StatItem) -> u64 {
         self.counts[item as usize]
@@ -183,38 +174,5 @@ impl fmt::Display for SlabInfo {
             self.num_slabs,
             0
         )
-    }
-}
-
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
-    /// The counters, summed over CPUs.
-    #[cfg(feature = "stats")]
-    pub fn stats(&self) -> CacheStats {
-        let mut counts = [0u64; NR_STATS];
-        for cpu in 0..self.nr_cpus() {
-            for (i, c) in self.cpu_slab(cpu).stats.0.iter().enumerate() {
-                counts[i] += c.load(core::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        CacheStats { counts }
-    }
-
-    /// This cache's `/proc/slabinfo` line. Objects on CPU freelists, per-CPU
-    /// partial slabs and sheaves count as active, as in Linux.
-    pub fn slabinfo(&self) -> SlabInfo {
-        let (partial, free) = self.node.partial_summary();
-        let slabs = self.nr_slabs();
-        let num_objs = slabs * self.geo.objects;
-        SlabInfo {
-            name: self.name,
-            active_objs: num_objs.saturating_sub(free),
-            num_objs,
-            objsize: self.geo.slot,
-            objperslab: self.geo.objects,
-            pagesperslab: self.geo.slab_bytes / self.pages.page_size(),
-            active_slabs: slabs,
-            num_slabs: slabs,
-            partial_slabs: partial,
-        }
     }
 }

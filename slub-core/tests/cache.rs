@@ -38,7 +38,7 @@ fn objects_are_distinct_aligned_writable_and_all_pages_return() {
             "t",
             size,
             align,
-            CacheFlags::NONE,
+            CacheFlags::empty(),
             ArenaPages::new(&a),
             ThreadCpus,
         )
@@ -72,7 +72,7 @@ fn destroy_with_live_objects_names_them_and_frees_nothing() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let mut c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("live", 64, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("live", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let objs: Vec<_> = (0..scale(300)).map(|_| c.alloc().unwrap()).collect();
     let keep = &objs[..7];
     for p in &objs[7..] {
@@ -108,7 +108,7 @@ fn shrink_returns_empty_slabs() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("shrink", 512, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("shrink", 512, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     // Enough objects for more slabs than min_partial, whatever the geometry
     // (slab order depends on the CPU count), even under miri.
     let min_partial = CacheConfig::default().min_partial;
@@ -133,7 +133,7 @@ fn remote_frees_from_other_threads_come_back() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let mut c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("remote", 128, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("remote", 128, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let rounds = if cfg!(miri) { 2 } else { 50 };
     let per = scale(500);
     for _ in 0..rounds {
@@ -161,7 +161,7 @@ fn bad_frees_are_typed_errors() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let mut c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("bad", 48, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("bad", 48, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
     let mis = NonNull::new(p.as_ptr().wrapping_add(8)).unwrap();
@@ -197,7 +197,7 @@ fn double_free_on_the_slab_path_is_detected() {
         "df",
         64,
         8,
-        CacheFlags::NONE,
+        CacheFlags::empty(),
         &pages,
         ThreadCpus,
         CacheConfig {
@@ -229,7 +229,7 @@ fn corrupted_freelist_pointer_is_reported_not_followed() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("corrupt", 64, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("corrupt", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
     // SAFETY: allocated, freed once.
@@ -254,7 +254,7 @@ fn stored_freelist_pointers_are_obfuscated() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("obf", 64, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("obf", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
     // SAFETY: allocated, freed once.
@@ -310,15 +310,15 @@ fn bad_cache_parameters_are_errors() {
     let pages = SystemPages::new();
     type C<'a> = KmemCache<&'a SystemPages, ThreadCpus>;
     assert_eq!(
-        C::new("z", 0, 8, CacheFlags::NONE, &pages, ThreadCpus).err(),
+        C::new("z", 0, 8, CacheFlags::empty(), &pages, ThreadCpus).err(),
         Some(slub_core::CacheError::BadSize)
     );
     assert_eq!(
-        C::new("a", 8, 3, CacheFlags::NONE, &pages, ThreadCpus).err(),
+        C::new("a", 8, 3, CacheFlags::empty(), &pages, ThreadCpus).err(),
         Some(slub_core::CacheError::BadAlign)
     );
     assert_eq!(
-        C::new("h", 1 << 30, 8, CacheFlags::NONE, &pages, ThreadCpus).err(),
+        C::new("h", 1 << 30, 8, CacheFlags::empty(), &pages, ThreadCpus).err(),
         Some(slub_core::CacheError::BadSize)
     );
 }
@@ -328,7 +328,7 @@ fn out_of_memory_is_an_error() {
     let a = PhysArena::new(64 << 10, 4096).unwrap();
     let pages = ArenaPages::new(&a);
     let mut c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("oom", 4096, 4096, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("oom", 4096, 4096, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let mut objs = Vec::new();
     loop {
         match c.alloc() {
@@ -355,7 +355,7 @@ fn slabinfo_line_looks_like_linux() {
         "kmalloc-256",
         256,
         256,
-        CacheFlags::NONE,
+        CacheFlags::empty(),
         &pages,
         ThreadCpus,
     )
@@ -382,7 +382,7 @@ fn debug_red_zones_poison_and_ownership() {
     let a = arena();
     let pages = ArenaPages::new(&a);
     let c: KmemCache<&ArenaPages, ThreadCpus> =
-        KmemCache::new("dbg", 40, 8, CacheFlags::NONE, &pages, ThreadCpus).unwrap();
+        KmemCache::new("dbg", 40, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     // SAFETY: 40 bytes are ours; a fresh object carries the free poison.
     unsafe {

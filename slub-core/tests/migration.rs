@@ -5,7 +5,7 @@
 
 use arch_api::PhysArena;
 use arch_ia64_sim::Cmp8xchg16;
-use slub_core::{ArenaPages, CacheConfig, CacheFlags, DwCasUsed, KmemCache, MigratingCpus};
+use slub_core::{ArenaPages, CacheConfig, CacheFlags, DefaultDwCas, KmemCache, MigratingCpus};
 use std::collections::HashSet;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ fn run_preempted_alloc<D: arch_api::DwCas>() {
         "mig",
         64,
         8,
-        CacheFlags::NONE,
+        CacheFlags::empty(),
         &pages,
         &cpus,
         CacheConfig {
@@ -105,7 +105,7 @@ fn run_preempted_alloc<D: arch_api::DwCas>() {
 
 #[test]
 fn preempted_alloc_retries_on_the_new_cpu_cmpxchg16b() {
-    run_preempted_alloc::<DwCasUsed>();
+    run_preempted_alloc::<DefaultDwCas>();
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn preempted_free_is_not_lost() {
         "migfree",
         64,
         8,
-        CacheFlags::NONE,
+        CacheFlags::empty(),
         &pages,
         &cpus,
         CacheConfig {
@@ -173,7 +173,7 @@ fn stress(flags: CacheFlags) {
     let (threads, iters) = if cfg!(miri) { (3, 60) } else { (6, 20_000) };
     let cpus = MigratingCpus::new(3, threads);
     cpus.set_random_migration(3);
-    let mut c: Cache<DwCasUsed> = KmemCache::with_config(
+    let mut c: Cache<DefaultDwCas> = KmemCache::with_config(
         "migstress",
         32,
         8,
@@ -243,7 +243,7 @@ fn stress(flags: CacheFlags) {
     ignore = "tasks sharing a slot read stale freelist slots by design (validated by the CAS); miri reports the benign race"
 )]
 fn random_migration_stress_tid_front() {
-    stress(CacheFlags::NONE);
+    stress(CacheFlags::empty());
 }
 
 #[test]

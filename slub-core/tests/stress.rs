@@ -63,7 +63,11 @@ fn cross_thread(flags: CacheFlags, threads: usize, ops: usize) {
 
 #[test]
 fn cross_thread_stress_tid() {
-    cross_thread(CacheFlags::NONE, 4, if cfg!(miri) { 400 } else { 200_000 });
+    cross_thread(
+        CacheFlags::empty(),
+        4,
+        if cfg!(miri) { 400 } else { 200_000 },
+    );
 }
 
 #[test]

@@ -58,7 +58,7 @@ impl SlabSoak {
         let pages: &'static ArenaPages<'static> = Box::leak(Box::new(ArenaPages::new(arena)));
         let mc: &'static MigratingCpus = Box::leak(Box::new(MigratingCpus::new(cpus, threads)));
         mc.set_random_migration(32);
-        let tid = K::new(pages, mc, CacheFlags::NONE).map_err(|e| e.to_string())?;
+        let tid = K::new(pages, mc, CacheFlags::empty()).map_err(|e| e.to_string())?;
         let sheaves = K::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
         Ok(Self {
             arena,

@@ -9,34 +9,41 @@
 //! guard is a per-slot lock: while it is held no other task's slow path runs
 //! on that slot (what preempt_disable gives a kernel).
 //!
-//! Two kinds of migration:
-//! * a one-shot, deterministic preemption ([`MigratingCpus::preempt_next_window`]):
-//!   at the task's next fast-path window a closure runs "while the task is
-//!   preempted" (typically other tasks' allocations on the same slot) and
-//!   then the task resumes on a chosen slot;
-//! * random migration at a rate ([`MigratingCpus::set_random_migration`]) for
-//!   multi-threaded stress.
+//! Tasks move between slots with [`MigratingCpus::migrate`] (the
+//! scheduler's decision). The workspace's own tests (feature `testing`, not
+//! part of the API) add two kinds of migration inside the fast path's
+//! window: a one-shot, deterministic preemption (a closure runs "while the
+//! task is preempted", then the task resumes on a chosen slot) and random
+//! migration at a rate, for multi-threaded stress.
 
-use super::{CpuLocal, PreemptPoint};
+use super::CpuLocal;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::boxed::Box;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
+#[cfg(feature = "testing")]
+use {core::sync::atomic::AtomicU32, std::boxed::Box};
 
 std::thread_local! {
     static TASK: Cell<usize> = const { Cell::new(0) };
+}
+#[cfg(feature = "testing")]
+std::thread_local! {
     static RNG: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
 }
 
+#[cfg(feature = "testing")]
 type Preemption = (Box<dyn FnOnce() + Send>, usize);
 
 /// `T` tasks on `C` CPU slots with test-controlled migration.
 pub struct MigratingCpus {
     slot_locks: Vec<Mutex<()>>,
     task_slot: Vec<AtomicUsize>,
+    #[cfg(feature = "testing")]
     pending: Vec<Mutex<Option<Preemption>>>,
+    #[cfg(feature = "testing")]
     one_in: AtomicU32,
+    #[cfg(feature = "testing")]
     windows: AtomicU64,
     migrations: AtomicU64,
 }
@@ -59,8 +66,11 @@ impl MigratingCpus {
         Self {
             slot_locks: (0..slots).map(|_| Mutex::new(())).collect(),
             task_slot: (0..tasks).map(|t| AtomicUsize::new(t % slots)).collect(),
+            #[cfg(feature = "testing")]
             pending: (0..tasks).map(|_| Mutex::new(None)).collect(),
+            #[cfg(feature = "testing")]
             one_in: AtomicU32::new(0),
+            #[cfg(feature = "testing")]
             windows: AtomicU64::new(0),
             migrations: AtomicU64::new(0),
         }
@@ -90,8 +100,9 @@ impl MigratingCpus {
         self.migrations.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// At `task`'s next fast-path window (between reading the tid and the
+    /// At `task`'s next fast-path window (feature `testing`) (between reading the tid and the
     /// CAS), run `while_preempted` and then resume the task on `resume_on`.
+    #[cfg(feature = "testing")]
     pub fn preempt_next_window(
         &self,
         task: usize,
@@ -102,12 +113,15 @@ impl MigratingCpus {
             Some((Box::new(while_preempted), resume_on));
     }
 
-    /// Migrate the task at a window with probability `1 / one_in` (0: never).
+    /// Migrate the task at a window with probability `1 / one_in` (0:
+    /// never; feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn set_random_migration(&self, one_in: u32) {
         self.one_in.store(one_in, Ordering::Relaxed);
     }
 
-    /// Fast-path windows passed so far.
+    /// Fast-path windows passed so far (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn windows(&self) -> u64 {
         self.windows.load(Ordering::Relaxed)
     }
@@ -150,7 +164,8 @@ unsafe impl CpuLocal for MigratingCpus {
         }
     }
 
-    fn preempt_point(&self, _at: PreemptPoint) {
+    #[cfg(feature = "testing")]
+    fn preempt_point(&self, _at: crate::testing::PreemptPoint) {
         self.windows.fetch_add(1, Ordering::Relaxed);
         let task = self.task();
         let pending = self.pending[task]

@@ -51,15 +51,6 @@ pub mod migrating;
 #[cfg(feature = "std")]
 pub mod thread;
 
-/// Where the allocator offers a preemption point to test backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreemptPoint {
-    /// Alloc fast path: after reading tid and freelist, before the CAS.
-    AllocWindow,
-    /// Free fast path: after reading tid and freelist, before the CAS.
-    FreeWindow,
-}
-
 /// Per-CPU addressing and the guard that keeps a task on its CPU (see the
 /// [module docs](self) for the bare-metal contract).
 ///
@@ -109,10 +100,12 @@ pub unsafe trait CpuLocal: Sync {
         None
     }
 
-    /// A point at which a test backend may preempt or migrate the caller.
-    /// Real backends leave it empty (it inlines away).
+    /// Test backends only (feature `testing` or `--cfg kmm_loom`; not part
+    /// of the API, absent otherwise): a point at which the backend may
+    /// preempt or migrate the caller.
+    #[cfg(any(kmm_loom, feature = "testing"))]
     #[inline(always)]
-    fn preempt_point(&self, at: PreemptPoint) {
+    fn preempt_point(&self, at: crate::testing::PreemptPoint) {
         let _ = at;
     }
 }
@@ -142,8 +135,9 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     fn pinned_cpu(&self) -> Option<usize> {
         (**self).pinned_cpu()
     }
+    #[cfg(any(kmm_loom, feature = "testing"))]
     #[inline(always)]
-    fn preempt_point(&self, at: PreemptPoint) {
+    fn preempt_point(&self, at: crate::testing::PreemptPoint) {
         (**self).preempt_point(at)
     }
 }

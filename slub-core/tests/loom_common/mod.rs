@@ -5,7 +5,8 @@
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Mutex, MutexGuard};
-use slub_core::{CacheConfig, CacheFlags, CpuLocal, KmemCache, PreemptPoint, SystemPages};
+use slub_core::testing::PreemptPoint;
+use slub_core::{CacheConfig, CacheFlags, CpuLocal, KmemCache, SystemPages};
 use std::cell::Cell;
 
 loom::thread_local! {

@@ -23,7 +23,7 @@ pub fn migration() {
         let c = Arc::new(cache::<arch_ia64_sim::Cmp8xchg16>(
             cpus,
             4,
-            CacheFlags::NONE,
+            CacheFlags::empty(),
         ));
         let p = c.alloc().unwrap().as_ptr() as usize;
         free(&c, p);
@@ -52,7 +52,11 @@ pub fn remote_vs_deactivate() {
     loom::model(|| {
         let cpus = LoomCpus::new(2, &[0, 1]);
         cpus.bind(0);
-        let c = Arc::new(cache::<slub_core::DwCasUsed>(cpus, 2, CacheFlags::NONE));
+        let c = Arc::new(cache::<slub_core::DefaultDwCas>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+        ));
         // Exhaust slab X on slot 0: its CPU freelist is X's end token.
         let o1 = c.alloc().unwrap().as_ptr() as usize;
         let o2 = c.alloc().unwrap().as_ptr() as usize;
@@ -80,7 +84,11 @@ pub fn destroy_leak() {
     loom::model(|| {
         let cpus = LoomCpus::new(2, &[0, 1]);
         cpus.bind(0);
-        let c = Arc::new(cache::<slub_core::DwCasUsed>(cpus, 2, CacheFlags::NONE));
+        let c = Arc::new(cache::<slub_core::DefaultDwCas>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+        ));
         let o1 = c.alloc().unwrap().as_ptr() as usize;
         let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
         let o3 = c.alloc().unwrap().as_ptr() as usize; // new slab Y
@@ -107,7 +115,11 @@ pub fn barn_exchange() {
     loom::model(|| {
         let cpus = LoomCpus::new(3, &[0, 1, 2]);
         cpus.bind(2);
-        let c = Arc::new(cache::<slub_core::DwCasUsed>(cpus, 4, CacheFlags::SHEAVES));
+        let c = Arc::new(cache::<slub_core::DefaultDwCas>(
+            cpus,
+            4,
+            CacheFlags::SHEAVES,
+        ));
         // On slot 2 (sheaf capacity 1): main [o1], spare [o2]; the third free
         // puts the full main into the barn.
         let objs: Vec<usize> = (0..3)

@@ -9,16 +9,17 @@
 //! that moves a slab between these states takes the node lock *before* the
 //! slab-level CAS that decides it, as Linux does.
 
-use crate::cache::KmemCache;
+use super::Slabs;
 use crate::cpu_local::CpuLocal;
-use crate::fast_tid::CpuSlab;
 use crate::freelist::end_token;
 use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
-use crate::stat;
+use crate::stats::StatItem;
+use crate::sync::UnsafeCellPtr;
 use arch_api::sync::atomic::Ordering;
 use arch_api::sync::{Mutex, MutexGuard, RawMutex};
 use arch_api::{DoubleWord, DwCas};
+use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 
 /// The node partial list.
@@ -109,22 +110,6 @@ impl<R: RawMutex> Node<R> {
         self.list.lock()
     }
 
-    /// Free objects on the node partial list (exact once no CPU holds slabs).
-    pub(crate) fn free_objects(&self) -> usize {
-        let n = self.lock();
-        let mut s = n.head;
-        let mut free = 0;
-        while !s.is_null() {
-            // SAFETY: under the node lock every slab on the list is live and
-            // its links are stable.
-            let c = Counters(unsafe { (*s).state.load_hi(Ordering::Acquire) });
-            free += c.objects() - c.inuse();
-            // SAFETY: as above.
-            s = unsafe { (*s).next.get() };
-        }
-        free
-    }
-
     /// Partial slabs and the free objects on them (for slabinfo).
     pub(crate) fn partial_summary(&self) -> (usize, usize) {
         let n = self.lock();
@@ -132,7 +117,8 @@ impl<R: RawMutex> Node<R> {
             let mut s = n.head;
             let mut free = 0;
             while !s.is_null() {
-                // SAFETY: as in `free_objects`.
+                // SAFETY: under the node lock every slab on the list is live
+                // and its links are stable.
                 let c = Counters(unsafe { (*s).state.load_hi(Ordering::Acquire) });
                 free += c.objects() - c.inuse();
                 // SAFETY: as above.
@@ -143,43 +129,70 @@ impl<R: RawMutex> Node<R> {
     }
 }
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
-    /// Pushes frozen slab `s` on the CPU partial list of `c`.
-    ///
-    /// # Safety
-    /// Under the guard of the CPU owning `c` (or exclusive access).
-    pub(crate) unsafe fn push_cpu_partial(&self, c: &CpuSlab, s: *mut Slab) {
-        // SAFETY: the guard makes the CPU partial list ours; `s` is frozen
-        // and on no other list.
-        unsafe {
-            (*s).next.set(c.partial.get());
-            c.partial.set(s);
-            *c.nr_partial.get() += 1;
+/// One CPU's partial list (`kmem_cache_cpu::partial`): frozen slabs,
+/// linked through `Slab::next`, kept by the front that owns the CPU's slab
+/// and filled by [`Slabs::get_partial_node`]. Protected by that CPU's guard.
+pub(crate) struct CpuPartial {
+    head: UnsafeCellPtr<Slab>,
+    nr: UnsafeCell<usize>,
+}
+
+impl CpuPartial {
+    pub(crate) const fn new() -> Self {
+        Self {
+            head: UnsafeCellPtr::null(),
+            nr: UnsafeCell::new(0),
         }
     }
 
-    /// Pops a slab from the CPU partial list of `c`.
+    /// Pushes frozen slab `s`.
     ///
     /// # Safety
-    /// As [`push_cpu_partial`](Self::push_cpu_partial).
-    pub(crate) unsafe fn pop_cpu_partial(&self, c: &CpuSlab) -> Option<*mut Slab> {
-        // SAFETY: as for `push_cpu_partial`.
+    /// Under the guard of the CPU owning the list (or exclusive access); `s`
+    /// is frozen for that CPU and on no other list.
+    pub(crate) unsafe fn push(&self, s: *mut Slab) {
+        // SAFETY: the guard makes the list ours; `s` is a live slab.
         unsafe {
-            let s = c.partial.get();
+            (*s).next.set(self.head.get());
+            self.head.set(s);
+            *self.nr.get() += 1;
+        }
+    }
+
+    /// Pops a slab.
+    ///
+    /// # Safety
+    /// As [`push`](Self::push).
+    pub(crate) unsafe fn pop(&self) -> Option<*mut Slab> {
+        // SAFETY: as for `push`.
+        unsafe {
+            let s = self.head.get();
             if s.is_null() {
                 return None;
             }
-            c.partial.set((*s).next.get());
+            self.head.set((*s).next.get());
             (*s).next.set(null_mut());
-            *c.nr_partial.get() -= 1;
+            *self.nr.get() -= 1;
             Some(s)
         }
     }
 
+    /// Slabs on the list.
+    ///
+    /// # Safety
+    /// As [`push`](Self::push).
+    unsafe fn len(&self) -> usize {
+        // SAFETY: as for `push`.
+        unsafe { *self.nr.get() }
+    }
+}
+
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// `get_partial_node`: freezes the first node partial slab for the CPU,
     /// taking its whole freelist, and moves up to `cpu_partial` more (frozen,
-    /// freelists left in place) onto the CPU partial list of `c`.
-    pub(crate) fn get_partial_node(&self, c: &CpuSlab) -> Option<(*mut Slab, u64)> {
+    /// freelists left in place) onto the CPU partial list `cp`, whose CPU's
+    /// guard the caller holds.
+    pub(crate) fn get_partial_node(&self, cp: &CpuPartial) -> Option<(*mut Slab, u64)> {
         let mut n = self.node.lock();
         let mut got = None;
         while got.is_none() {
@@ -208,8 +221,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 }
             }
         }
-        // SAFETY: the caller holds the guard of the CPU owning `c`.
-        while unsafe { *c.nr_partial.get() } < self.config.cpu_partial {
+        // SAFETY: the caller holds the guard of the CPU owning `cp`.
+        while unsafe { cp.len() } < self.cpu_partial {
             let s = n.head;
             if s.is_null() {
                 break;
@@ -228,7 +241,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 }
             }
             // SAFETY: guard held by the caller; `s` is frozen and off lists.
-            unsafe { self.push_cpu_partial(c, s) };
+            unsafe { cp.push(s) };
         }
         got
     }
@@ -276,17 +289,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         };
         match guard {
             Some(mut n) if new_lo != end => {
-                if new_c.inuse() == 0 && n.nr >= self.config.min_partial {
+                if new_c.inuse() == 0 && n.nr >= self.min_partial {
                     drop(n);
                     self.discard_slab(x);
-                    stat!(self, DeactivateEmpty);
+                    self.stat_here(StatItem::DeactivateEmpty);
                 } else {
                     // SAFETY: under the node lock; x is unfrozen, on no list.
                     unsafe { n.add(x) };
-                    stat!(self, DeactivateToPartial);
+                    self.stat_here(StatItem::DeactivateToPartial);
                 }
             }
-            _ => stat!(self, DeactivateFull),
+            _ => self.stat_here(StatItem::DeactivateFull),
         }
     }
 

@@ -4,18 +4,18 @@
 //! DW-CAS on `(freelist, counters)` (`__slab_free`); a frozen slab just
 //! collects them for its CPU, an unfrozen one may move between lists.
 
-use crate::cache::KmemCache;
+use super::Slabs;
 use crate::cpu_local::CpuLocal;
 use crate::error::FreeError;
 use crate::freelist::end_token;
 use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
-use crate::stat;
+use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
 use arch_api::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas};
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the
     /// slab header's magic; a line the CAS touches anyway), then `__slab_free`.
     pub(crate) fn free_to_slab(&self, p: usize) -> Result<(), FreeError> {
@@ -26,6 +26,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         };
         let x = self.geo.base_of(p) as *mut Slab;
         self.slab_free_chain(x, p, p, 1, true)
+    }
+
+    /// Frees one object the cache itself held (a sheaf's) straight to its
+    /// slab: no ownership check, and a double free is not reported.
+    pub(crate) fn free_object(&self, o: usize) {
+        let _ = self.slab_free_chain(self.geo.base_of(o) as *mut Slab, o, o, 1, false);
     }
 
     /// `__slab_free`: pushes the chain `head..=tail` (`cnt` objects of slab
@@ -69,15 +75,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             {
                 break (frozen, lo, inuse);
             }
-            stat!(self, CmpxchgDoubleFail);
+            self.stat_here(StatItem::CmpxchgDoubleFail);
         };
-        stat!(self, FreeSlowpath);
+        self.stat_here(StatItem::FreeSlowpath);
         if was_frozen {
-            stat!(self, FreeRemote);
+            self.stat_here(StatItem::FreeRemote);
             return Ok(());
         }
         if let Some(mut n) = guard {
-            if inuse == 0 && n.nr >= self.config.min_partial {
+            if inuse == 0 && n.nr >= self.min_partial {
                 // SAFETY: under the node lock.
                 if unsafe { n.contains(x) } {
                     // SAFETY: under the node lock; x is on the list.
@@ -89,7 +95,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 // Was full and unfrozen (on no list): now partial.
                 // SAFETY: under the node lock; x is on no list.
                 unsafe { n.add(x) };
-                stat!(self, FreeAddPartial);
+                self.stat_here(StatItem::FreeAddPartial);
             }
         }
         Ok(())
@@ -113,7 +119,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             if D::compare_exchange(st, DoubleWord::new(lo, hi), new).is_ok() {
                 return lo;
             }
-            stat!(self, CmpxchgDoubleFail);
+            self.stat_here(StatItem::CmpxchgDoubleFail);
         }
     }
 }

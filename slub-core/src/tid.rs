@@ -15,57 +15,35 @@
 //! to a slab from the per-CPU partial list, the node partial list or the page
 //! source, and then deactivates the old one (the 2014 leak was losing it).
 
-use crate::cache::KmemCache;
-use crate::cpu_local::{CpuLocal, PreemptPoint};
+use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
 use crate::freelist::{NO_SLAB, is_token, valid_next, walk};
 use crate::page_source::PageSource;
-use crate::sheaves::Sheaf;
+use crate::percpu::PerCpu;
 use crate::slab::Slab;
-use crate::stat;
-use crate::sync::UnsafeCellPtr;
+use crate::slabs::{CpuPartial, Over, Slabs};
+use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
 use arch_api::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas, DwCell};
-use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 
 /// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
-/// `cell`; the rest is protected by the CpuLocal guard.
+/// `cell`; the partial list is protected by the CpuLocal guard.
 #[repr(C, align(64))]
-pub(crate) struct CpuSlab {
+struct CpuSlab {
     /// `(freelist, tid)`: lo = raw freelist head or end token, hi = tid.
-    pub(crate) cell: DwCell,
-    /// Per-CPU partial slabs (frozen), linked through `Slab::next`.
-    pub(crate) partial: UnsafeCellPtr<Slab>,
-    pub(crate) nr_partial: UnsafeCell<usize>,
-    /// Sheaves front: the main and the spare sheaf. `main` is never null:
-    /// without a sheaf it points at `no_sheaf` (set by
-    /// [`init_in_place`](Self::init_in_place)), so the fast paths need no
-    /// null test; `spare` may be null.
-    pub(crate) main: UnsafeCellPtr<Sheaf>,
-    pub(crate) spare: UnsafeCellPtr<Sheaf>,
-    /// The stand-in `main` points at while there is no main sheaf.
-    no_sheaf: Sheaf,
-    #[cfg(feature = "stats")]
-    pub(crate) stats: crate::stats::CpuStats,
+    cell: DwCell,
+    /// Per-CPU partial slabs (frozen).
+    partial: CpuPartial,
 }
 
-impl CpuSlab {
-    pub(crate) fn new(cpu: u64) -> Self {
-        Self {
-            cell: DwCell::new(DoubleWord::new(
-                NO_SLAB,
-                crate::loom_hooks::initial_tid(cpu),
-            )),
-            partial: UnsafeCellPtr::null(),
-            nr_partial: UnsafeCell::new(0),
-            main: UnsafeCellPtr::null(),
-            spare: UnsafeCellPtr::null(),
-            no_sheaf: Sheaf::no_sheaf(),
-            #[cfg(feature = "stats")]
-            stats: crate::stats::CpuStats::new(),
-        }
-    }
+/// Which operation a [`TidFront::tid_commit`] ends (its counter, and the
+/// preemption point a test backend sees).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Window {
+    Alloc,
+    Free,
 }
 
 /// What a fast-path free did.
@@ -79,69 +57,78 @@ pub(crate) enum FastFree {
     Slow,
 }
 
-impl CpuSlab {
-    /// Writes a new CpuSlab for CPU `cpu` at `at` and points its `main` at
-    /// its stand-in (which needs the final address, so not in `new`).
-    ///
-    /// # Safety
-    /// `at` is valid for writes of a `CpuSlab`, aligned, and not in use.
-    pub(crate) unsafe fn init_in_place(at: *mut CpuSlab, cpu: u64) {
-        // SAFETY: the caller's contract; the pointer to `no_sheaf` is derived
-        // from `at`, so it stays valid as long as the CpuSlab does.
-        unsafe {
-            at.write(CpuSlab::new(cpu));
-            (*at).main.set(core::ptr::addr_of_mut!((*at).no_sheaf));
-        }
-    }
-
-    /// Whether `s` is this CPU's stand-in rather than a sheaf.
-    fn is_no_sheaf(&self, s: *mut Sheaf) -> bool {
-        core::ptr::eq(s, &self.no_sheaf)
-    }
-
-    /// The main sheaf, or null when there is none (the stand-in).
-    ///
-    /// # Safety
-    /// Under the guard of this CPU (or exclusive access).
-    pub(crate) unsafe fn main_sheaf(&self) -> *mut Sheaf {
-        // SAFETY: the caller's contract.
-        let s = unsafe { self.main.get() };
-        if self.is_no_sheaf(s) {
-            core::ptr::null_mut()
-        } else {
-            s
-        }
-    }
-
-    /// Leaves the CPU without a main sheaf (`main` at the stand-in).
-    ///
-    /// # Safety
-    /// Under the guard of this CPU (or exclusive access); the main sheaf, if
-    /// any, has been taken care of by the caller.
-    pub(crate) unsafe fn set_no_main_sheaf(&self) {
-        // A pointer derived from `&self` is enough: the stand-in is only
-        // ever read through `main` (its size fails both fast-path checks).
-        // SAFETY: the caller's contract.
-        unsafe {
-            let cur = self.main.get();
-            if !self.is_no_sheaf(cur) {
-                let p = core::ptr::addr_of!(self.no_sheaf).cast_mut();
-                self.main.set(p);
-            }
-        }
-    }
+/// The tid front: the per-CPU `(freelist, tid)` cells and partial lists
+/// over the slab layer `Slabs<P, C, D, R>`. The sheaves front refills and
+/// flushes its sheaves through the `*_pinned` operations.
+pub(crate) struct TidFront<P, C, D, R: RawMutex> {
+    cpu: PerCpu<CpuSlab>,
+    /// A power of two at least the number of CPUs.
+    tid_step: u64,
+    _slabs: Over<P, C, D, R>,
 }
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
+    /// The per-CPU cells of a new cache with `nr_cpus` CPUs, from `pages`:
+    /// CPU `i` starts with no slab and tid `i`.
+    pub(crate) fn new(pages: &P, nr_cpus: usize) -> Option<Self> {
+        let cpu = PerCpu::new(pages, nr_cpus, |at: *mut CpuSlab, i| {
+            let line = CpuSlab {
+                cell: DwCell::new(DoubleWord::new(
+                    NO_SLAB,
+                    crate::loom_hooks::initial_tid(i as u64),
+                )),
+                partial: CpuPartial::new(),
+            };
+            // SAFETY: `PerCpu::new` hands out a valid, unused line.
+            unsafe { at.write(line) };
+        })?;
+        Some(Self {
+            cpu,
+            tid_step: (nr_cpus as u64).next_power_of_two(),
+            _slabs: PhantomData,
+        })
+    }
+
+    /// The address of the per-CPU array (entropy for the cache's secret).
+    pub(crate) fn addr(&self) -> usize {
+        self.cpu.addr()
+    }
+
+    /// Returns the per-CPU array to `pages`.
+    ///
+    /// # Safety
+    /// Exclusive access, every CPU flushed, `pages` the source of `new`.
+    pub(crate) unsafe fn release(&mut self, pages: &P) {
+        // SAFETY: the caller's contract.
+        unsafe { self.cpu.release(pages) }
+    }
+
+    /// The tid step.
+    #[cfg(feature = "testing")]
+    pub(crate) fn tid_step(&self) -> u64 {
+        self.tid_step
+    }
+
+    /// The `(freelist, tid)` pair of CPU `cpu`.
+    #[cfg(feature = "testing")]
+    pub(crate) fn cpu_state(&self, cpu: usize) -> DoubleWord {
+        self.cpu.get(cpu).cell.load()
+    }
+
+    #[inline(always)]
+    fn cpu_slab(&self, cpu: usize) -> &CpuSlab {
+        self.cpu.get(cpu)
+    }
+
     /// The next tid of the same CPU.
     #[inline(always)]
-    pub(crate) fn next_tid(&self, tid: u64) -> u64 {
+    fn next_tid(&self, tid: u64) -> u64 {
         crate::loom_hooks::next_tid(tid, self.tid_step)
     }
 
     /// The per-CPU DW-CAS, in the flavour the backend allows.
     #[inline(always)]
-    pub(crate) fn cpu_cas(&self, c: &CpuSlab, cur: DoubleWord, new: DoubleWord) -> bool {
+    fn cpu_cas(&self, c: &CpuSlab, cur: DoubleWord, new: DoubleWord) -> bool {
         if C::OWNER_ONLY_WRITES {
             D::compare_exchange_local(&c.cell, cur, new).is_ok()
         } else {
@@ -153,11 +140,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// freelist read under `tid`. A bad value with the tid unchanged is
     /// corruption; with the tid changed it was a stale read (retry).
     #[inline(always)]
-    fn next_of(&self, c: &CpuSlab, obj: u64, tid: u64) -> Result<Option<u64>, AllocError> {
+    fn next_of(
+        &self,
+        s: &Slabs<P, C, D, R>,
+        c: &CpuSlab,
+        obj: u64,
+        tid: u64,
+    ) -> Result<Option<u64>, AllocError> {
         // SAFETY: `obj` is a freelist value that is not a token, so an object
         // of a live slab of this cache.
-        let next = unsafe { self.codec.get(obj as usize) };
-        if valid_next(&self.geo, self.geo.base_of(obj as usize), next) {
+        let next = unsafe { s.codec().get(obj as usize) };
+        if valid_next(s.geo(), s.geo().base_of(obj as usize), next) {
             return Ok(Some(crate::loom_hooks::end_token_mutation(next)));
         }
         if c.cell.load_hi(Ordering::Acquire) != tid {
@@ -169,41 +162,45 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         })
     }
 
-    /// The CAS that ends every tid fast path, alloc (`window` =
-    /// `AllocWindow`) or free: the preemption point the migrating backend
-    /// tests, the cell of the CPU we are on now (unless only the owner ever
+    /// The CAS that ends every tid fast path, alloc or free: the preemption
+    /// point of the test backends (feature `testing`), the cell of the CPU we are on now (unless only the owner ever
     /// writes it), the CAS from `(fl, tid)` to `(head, next tid)`, and its
     /// counter. `cpu` becomes the CPU the CAS was tried on, so a retry
     /// reads that CPU's cell.
     #[inline(always)]
     fn tid_commit(
         &self,
+        s: &Slabs<P, C, D, R>,
         cpu: &mut usize,
-        window: PreemptPoint,
+        window: Window,
         fl: u64,
         tid: u64,
         head: u64,
     ) -> bool {
-        self.cpus.preempt_point(window);
+        #[cfg(any(kmm_loom, feature = "testing"))]
+        s.cpus().preempt_point(match window {
+            Window::Alloc => crate::testing::PreemptPoint::AllocWindow,
+            Window::Free => crate::testing::PreemptPoint::FreeWindow,
+        });
         if !C::OWNER_ONLY_WRITES {
-            *cpu = self.cpus.current_cpu().unwrap_or(*cpu);
+            *cpu = s.cpus().current_cpu().unwrap_or(*cpu);
         }
         if self.cpu_cas(
             self.cpu_slab(*cpu),
             DoubleWord::new(fl, tid),
             DoubleWord::new(head, self.next_tid(tid)),
         ) {
-            #[cfg(feature = "stats")]
-            self.cpu_slab(*cpu)
-                .stats
-                .inc(if window == PreemptPoint::AllocWindow {
-                    crate::stats::StatItem::AllocFastpath
+            s.stat(
+                *cpu,
+                if window == Window::Alloc {
+                    StatItem::AllocFastpath
                 } else {
-                    crate::stats::StatItem::FreeFastpath
-                });
+                    StatItem::FreeFastpath
+                },
+            );
             return true;
         }
-        stat!(self, *cpu, CmpxchgDoubleCpuFail);
+        s.stat(*cpu, StatItem::CmpxchgDoubleCpuFail);
         false
     }
 
@@ -212,23 +209,23 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// left to the slow path), else [`CpuLocal::current_cpu`].
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    fn fast_cpu(&self) -> Option<usize> {
+    fn fast_cpu(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
         if C::HAS_PINNED_CPU {
-            self.cpus.pinned_cpu()
+            s.cpus().pinned_cpu()
         } else {
-            self.cpus.current_cpu()
+            s.cpus().current_cpu()
         }
     }
 
     /// The tid fast path, one try: pop the head of the CPU freelist with one
     /// CAS. `None` (no CPU id, exhausted freelist, a next pointer that fails
     /// validation, a lost CAS) sends the caller to the slow path, which
-    /// starts over with [`alloc_tid`](Self::alloc_tid) and reports what
+    /// starts over with [`alloc`](Self::alloc) and reports what
     /// needs reporting.
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    pub(crate) fn alloc_tid_fast(&self) -> Option<usize> {
-        let mut cpu = self.fast_cpu()?;
+    pub(crate) fn alloc_fast(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
+        let mut cpu = self.fast_cpu(s)?;
         let c = self.cpu_slab(cpu);
         let tid = c.cell.load_hi(Ordering::Acquire);
         let fl = c.cell.load_lo(Ordering::Acquire);
@@ -237,24 +234,24 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         // SAFETY: `fl` is a freelist value that is not a token, so an object
         // of a live slab of this cache.
-        let next = unsafe { self.codec.get(fl as usize) };
+        let next = unsafe { s.codec().get(fl as usize) };
         // Only an object boundary of the same slab here: the end token (the
         // last free object taken, once per slab's worth) and anything bad
         // are for the slow path, which validates them the full way.
-        if !self
-            .geo
-            .is_object(self.geo.base_of(fl as usize), next as usize)
+        if !s
+            .geo()
+            .is_object(s.geo().base_of(fl as usize), next as usize)
         {
             return None;
         }
-        self.tid_commit(&mut cpu, PreemptPoint::AllocWindow, fl, tid, next)
+        self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next)
             .then_some(fl as usize)
     }
 
     /// `slab_alloc` for the tid front (the slow path's entry: the fast path
     /// in a loop, then `alloc_pinned`).
-    pub(crate) fn alloc_tid(&self) -> Result<usize, AllocError> {
-        if let Some(mut cpu) = self.cpus.current_cpu() {
+    pub(crate) fn alloc(&self, s: &Slabs<P, C, D, R>) -> Result<usize, AllocError> {
+        if let Some(mut cpu) = s.cpus().current_cpu() {
             loop {
                 let c = self.cpu_slab(cpu);
                 let tid = c.cell.load_hi(Ordering::Acquire);
@@ -262,26 +259,30 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 if is_token(fl) {
                     break;
                 }
-                let Some(next) = self.next_of(c, fl, tid)? else {
+                let Some(next) = self.next_of(s, c, fl, tid)? else {
                     continue;
                 };
-                if self.tid_commit(&mut cpu, PreemptPoint::AllocWindow, fl, tid, next) {
+                if self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next) {
                     return Ok(fl as usize);
                 }
             }
         }
-        self.alloc_tid_slow()
+        self.alloc_slow(s)
     }
 
     // Out of line: keeps the inlined fast path short.
     #[inline(never)]
-    fn alloc_tid_slow(&self) -> Result<usize, AllocError> {
-        let (_g, cpu) = self.cpus.pin();
-        self.alloc_pinned(cpu)
+    fn alloc_slow(&self, s: &Slabs<P, C, D, R>) -> Result<usize, AllocError> {
+        let (_g, cpu) = s.cpus().pin();
+        self.alloc_pinned(s, cpu)
     }
 
     /// The allocation slow path, under the guard of `cpu` (`___slab_alloc`).
-    pub(crate) fn alloc_pinned(&self, cpu: usize) -> Result<usize, AllocError> {
+    pub(crate) fn alloc_pinned(
+        &self,
+        s: &Slabs<P, C, D, R>,
+        cpu: usize,
+    ) -> Result<usize, AllocError> {
         let c = self.cpu_slab(cpu);
         loop {
             let tid = c.cell.load_hi(Ordering::Acquire);
@@ -289,7 +290,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             if !is_token(fl) {
                 // Objects are there (another task on this CPU freed some, or
                 // the fast path had no CPU id): pop as the fast path does.
-                let Some(next) = self.next_of(c, fl, tid)? else {
+                let Some(next) = self.next_of(s, c, fl, tid)? else {
                     continue;
                 };
                 if self.cpu_cas(
@@ -297,44 +298,44 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                     DoubleWord::new(fl, tid),
                     DoubleWord::new(next, self.next_tid(tid)),
                 ) {
-                    stat!(self, cpu, AllocFastpath);
+                    s.stat(cpu, StatItem::AllocFastpath);
                     return Ok(fl as usize);
                 }
-                stat!(self, cpu, CmpxchgDoubleCpuFail);
+                s.stat(cpu, StatItem::CmpxchgDoubleCpuFail);
                 continue;
             }
-            stat!(self, cpu, AllocSlowpath);
-            let old = (fl != NO_SLAB).then(|| self.geo.base_of(fl as usize) as *mut Slab);
+            s.stat(cpu, StatItem::AllocSlowpath);
+            let old = (fl != NO_SLAB).then(|| s.geo().base_of(fl as usize) as *mut Slab);
             if let Some(x) = old {
                 // Remote frees may have refilled the slab's own freelist.
-                let chain = self.take_freelist_frozen(x);
+                let chain = s.take_freelist_frozen(x);
                 if !is_token(chain) {
-                    match self.install(c, fl, tid, chain)? {
+                    match self.install(s, c, fl, tid, chain)? {
                         Some(obj) => {
-                            stat!(self, cpu, AllocRefill);
+                            s.stat(cpu, StatItem::AllocRefill);
                             return Ok(obj);
                         }
                         None => {
-                            self.give_back(x, chain);
+                            self.give_back(s, x, chain);
                             continue;
                         }
                     }
                 }
             }
-            let (y, chain) = self.new_cpu_slab(c)?;
-            match self.install(c, fl, tid, chain)? {
+            let (y, chain) = self.new_cpu_slab(s, c)?;
+            match self.install(s, c, fl, tid, chain)? {
                 Some(obj) => {
                     if let Some(x) = old {
                         // The CPU freelist was exactly x's end token, so none
                         // of x's objects is on it: unfreeze x as it is.
-                        self.deactivate(x, None);
+                        s.deactivate(x, None);
                     }
                     return Ok(obj);
                 }
                 None => {
-                    self.give_back(y, chain);
+                    self.give_back(s, y, chain);
                     // SAFETY: under the guard of `cpu`.
-                    unsafe { self.push_cpu_partial(c, y) };
+                    unsafe { c.partial.push(y) };
                 }
             }
         }
@@ -344,14 +345,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// its first object, if the cell still holds `(fl, tid)`.
     fn install(
         &self,
+        s: &Slabs<P, C, D, R>,
         c: &CpuSlab,
         fl: u64,
         tid: u64,
         chain: u64,
     ) -> Result<Option<usize>, AllocError> {
         // SAFETY: `chain` is an object of a slab we hold frozen.
-        let next = unsafe { self.codec.get(chain as usize) };
-        if !valid_next(&self.geo, self.geo.base_of(chain as usize), next) {
+        let next = unsafe { s.codec().get(chain as usize) };
+        if !valid_next(s.geo(), s.geo().base_of(chain as usize), next) {
             return Err(AllocError::FreelistCorrupted {
                 object: chain as usize,
                 decoded: next as usize,
@@ -368,42 +370,46 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     }
 
     /// Returns a freelist chain we took from frozen slab `x` to it.
-    fn give_back(&self, x: *mut Slab, chain: u64) {
+    fn give_back(&self, s: &Slabs<P, C, D, R>, x: *mut Slab, chain: u64) {
         // SAFETY: we own the chain (taken from x's freelist).
-        if let Some((tail, n)) = unsafe { walk(&self.codec, &self.geo, chain) } {
-            let _ = self.slab_free_chain(x, chain as usize, tail, n, false);
+        if let Some((tail, n)) = unsafe { walk(s.codec(), s.geo(), chain) } {
+            let _ = s.slab_free_chain(x, chain as usize, tail, n, false);
         }
     }
 
     /// A frozen slab with its freelist, for the CPU: per-CPU partial list,
     /// then the node partial list, then a new slab.
-    fn new_cpu_slab(&self, c: &CpuSlab) -> Result<(*mut Slab, u64), AllocError> {
+    fn new_cpu_slab(
+        &self,
+        s: &Slabs<P, C, D, R>,
+        c: &CpuSlab,
+    ) -> Result<(*mut Slab, u64), AllocError> {
         // SAFETY: the caller holds the guard of the CPU owning `c`.
-        while let Some(s) = unsafe { self.pop_cpu_partial(c) } {
-            let chain = self.take_freelist_frozen(s);
+        while let Some(x) = unsafe { c.partial.pop() } {
+            let chain = s.take_freelist_frozen(x);
             if !is_token(chain) {
-                stat!(self, CpuPartialAlloc);
-                return Ok((s, chain));
+                s.stat_here(StatItem::CpuPartialAlloc);
+                return Ok((x, chain));
             }
-            self.deactivate(s, None);
+            s.deactivate(x, None);
         }
-        if let Some(r) = self.get_partial_node(c) {
-            stat!(self, AllocFromPartial);
+        if let Some(r) = s.get_partial_node(&c.partial) {
+            s.stat_here(StatItem::AllocFromPartial);
             return Ok(r);
         }
-        self.new_slab()
+        s.new_slab()
     }
 
     /// The tid fast free, one try: push `p` (an object boundary, checked by
     /// the caller) onto the CPU freelist with one CAS. `p` outside the CPU
     /// slab goes straight to its slab's freelist ([`FastFree::ToSlab`], as
-    /// [`free_tid`](Self::free_tid) does); anything else (no CPU id, `p`
+    /// [`free`](Self::free) does); anything else (no CPU id, `p`
     /// already the head, a lost CAS) sends the caller to the slow path, which
-    /// starts over with `free_tid`.
+    /// starts over with `free`.
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    pub(crate) fn free_tid_fast(&self, p: usize) -> FastFree {
-        let Some(mut cpu) = self.fast_cpu() else {
+    pub(crate) fn free_fast(&self, s: &Slabs<P, C, D, R>, p: usize) -> FastFree {
+        let Some(mut cpu) = self.fast_cpu(s) else {
             return FastFree::Slow;
         };
         let c = self.cpu_slab(cpu);
@@ -411,7 +417,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         let fl = c.cell.load_lo(Ordering::Acquire);
         // `NO_SLAB` needs no test of its own: its slab base is 0, and no
         // object lies in the object area of a slab at address 0.
-        if !self.geo.in_range(self.geo.base_of(fl as usize), p) {
+        if !s.geo().in_range(s.geo().base_of(fl as usize), p) {
             return FastFree::ToSlab;
         }
         if fl == p as u64 {
@@ -419,8 +425,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         // SAFETY: `p` is an object of the CPU slab (range-checked here and
         // boundary-checked by the caller) and is being freed by us.
-        unsafe { self.codec.set(p, fl) };
-        if self.tid_commit(&mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
+        unsafe { s.codec().set(p, fl) };
+        if self.tid_commit(s, &mut cpu, Window::Free, fl, tid, p as u64) {
             FastFree::Done
         } else {
             FastFree::Slow
@@ -429,58 +435,63 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
 
     /// `slab_free` for the tid front (the slow path's entry). `p` has passed
     /// the caller's checks.
-    pub(crate) fn free_tid(&self, p: usize) -> Result<(), FreeError> {
-        if let Some(mut cpu) = self.cpus.current_cpu() {
+    pub(crate) fn free(&self, s: &Slabs<P, C, D, R>, p: usize) -> Result<(), FreeError> {
+        if let Some(mut cpu) = s.cpus().current_cpu() {
             loop {
                 let c = self.cpu_slab(cpu);
                 let tid = c.cell.load_hi(Ordering::Acquire);
                 let fl = c.cell.load_lo(Ordering::Acquire);
-                if fl == NO_SLAB || !self.geo.in_range(self.geo.base_of(fl as usize), p) {
-                    return self.free_to_slab(p);
+                if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
+                    return s.free_to_slab(p);
                 }
                 if fl == p as u64 {
                     return Err(FreeError::DoubleFree { ptr: p });
                 }
                 // SAFETY: `p` is an object of the CPU slab (range-checked and
                 // boundary-checked by the caller) and is being freed by us.
-                unsafe { self.codec.set(p, fl) };
-                if self.tid_commit(&mut cpu, PreemptPoint::FreeWindow, fl, tid, p as u64) {
+                unsafe { s.codec().set(p, fl) };
+                if self.tid_commit(s, &mut cpu, Window::Free, fl, tid, p as u64) {
                     return Ok(());
                 }
             }
         }
-        self.free_tid_slow(p)
+        self.free_slow(s, p)
     }
 
     #[inline(never)]
-    fn free_tid_slow(&self, p: usize) -> Result<(), FreeError> {
-        let (_g, cpu) = self.cpus.pin();
-        self.free_pinned(cpu, p)
+    fn free_slow(&self, s: &Slabs<P, C, D, R>, p: usize) -> Result<(), FreeError> {
+        let (_g, cpu) = s.cpus().pin();
+        self.free_pinned(s, cpu, p)
     }
 
     /// Free under the guard of `cpu` (also used by sheaf flushes).
-    pub(crate) fn free_pinned(&self, cpu: usize, p: usize) -> Result<(), FreeError> {
+    pub(crate) fn free_pinned(
+        &self,
+        s: &Slabs<P, C, D, R>,
+        cpu: usize,
+        p: usize,
+    ) -> Result<(), FreeError> {
         let c = self.cpu_slab(cpu);
         loop {
             let tid = c.cell.load_hi(Ordering::Acquire);
             let fl = c.cell.load_lo(Ordering::Acquire);
-            if fl == NO_SLAB || !self.geo.in_range(self.geo.base_of(fl as usize), p) {
-                return self.free_to_slab(p);
+            if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
+                return s.free_to_slab(p);
             }
             if fl == p as u64 {
                 return Err(FreeError::DoubleFree { ptr: p });
             }
-            // SAFETY: as in `free_tid`.
-            unsafe { self.codec.set(p, fl) };
+            // SAFETY: as in `free`.
+            unsafe { s.codec().set(p, fl) };
             if self.cpu_cas(
                 c,
                 DoubleWord::new(fl, tid),
                 DoubleWord::new(p as u64, self.next_tid(tid)),
             ) {
-                stat!(self, cpu, FreeFastpath);
+                s.stat(cpu, StatItem::FreeFastpath);
                 return Ok(());
             }
-            stat!(self, cpu, CmpxchgDoubleCpuFail);
+            s.stat(cpu, StatItem::CmpxchgDoubleCpuFail);
         }
     }
 
@@ -488,6 +499,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// CPU freelist are detached with one CAS each (sheaf refill).
     pub(crate) fn alloc_bulk_pinned(
         &self,
+        s: &Slabs<P, C, D, R>,
         cpu: usize,
         out: &mut [usize],
     ) -> Result<usize, AllocError> {
@@ -497,7 +509,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             let tid = c.cell.load_hi(Ordering::Acquire);
             let fl = c.cell.load_lo(Ordering::Acquire);
             if is_token(fl) {
-                match self.alloc_pinned(cpu) {
+                match self.alloc_pinned(s, cpu) {
                     Ok(o) => {
                         out[n] = o;
                         n += 1;
@@ -512,7 +524,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             while n + k < out.len() && !is_token(cur) {
                 out[n + k] = cur as usize;
                 k += 1;
-                match self.next_of(c, cur, tid)? {
+                match self.next_of(s, c, cur, tid)? {
                     Some(next) => cur = next,
                     None => continue 'outer,
                 }
@@ -522,7 +534,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
                 DoubleWord::new(fl, tid),
                 DoubleWord::new(cur, self.next_tid(tid)),
             ) {
-                stat!(self, cpu, AllocFastpath);
+                s.stat(cpu, StatItem::AllocFastpath);
                 n += k;
             }
         }
@@ -532,7 +544,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `flush_slab` + `unfreeze_partials`: detaches CPU `cpu`'s slab (merging
     /// its CPU freelist back into the slab) and unfreezes its partial slabs.
     /// Under the guard of `cpu`, or with exclusive access to the cache.
-    pub(crate) fn flush_cpu(&self, cpu: usize) {
+    pub(crate) fn flush_cpu(&self, s: &Slabs<P, C, D, R>, cpu: usize) {
         let c = self.cpu_slab(cpu);
         loop {
             let tid = c.cell.load_hi(Ordering::Acquire);
@@ -547,23 +559,23 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
             ) {
                 continue;
             }
-            let x = self.geo.base_of(fl as usize) as *mut Slab;
+            let x = s.geo().base_of(fl as usize) as *mut Slab;
             if is_token(fl) {
-                self.deactivate(x, None);
+                s.deactivate(x, None);
             } else {
                 // A corrupt list is not followed: the slab then stays frozen
                 // (leaked rather than handed out twice).
                 // SAFETY: the detached CPU freelist is ours now.
-                if let Some((tail, n)) = unsafe { walk(&self.codec, &self.geo, fl) } {
-                    self.deactivate(x, Some((fl as usize, tail, n)));
+                if let Some((tail, n)) = unsafe { walk(s.codec(), s.geo(), fl) } {
+                    s.deactivate(x, Some((fl as usize, tail, n)));
                 }
             }
-            stat!(self, cpu, CpuslabFlush);
+            s.stat(cpu, StatItem::CpuslabFlush);
             break;
         }
         // SAFETY: under the guard of `cpu` or exclusive.
-        while let Some(s) = unsafe { self.pop_cpu_partial(c) } {
-            self.deactivate(s, None);
+        while let Some(x) = unsafe { c.partial.pop() } {
+            s.deactivate(x, None);
         }
     }
 }

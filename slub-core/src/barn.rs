@@ -1,0 +1,337 @@
+//! Sheaves and the barn: the storage under the sheaves front.
+//!
+//! A sheaf is an array of object pointers with its fill count; the barn is
+//! the per-node stock of full and empty sheaves, exchanged with CPUs under
+//! its lock. Sheaves are carved from pages of the page source (a small pool
+//! under the barn lock), so the front needs no other allocator. This module
+//! knows nothing of slabs or CPUs: the front decides when to exchange.
+
+use crate::error::AllocError;
+use crate::page_source::PageSource;
+use arch_api::sync::{Mutex, RawMutex};
+use core::ptr::{NonNull, null_mut};
+
+/// A sheaf: `size` object pointers followed by room for `capacity`.
+#[repr(C)]
+pub(crate) struct Sheaf {
+    size: SheafSize,
+    next: *mut Sheaf,
+    // `capacity` usize slots follow.
+}
+
+/// A sheaf's fill count: plain memory (only its CPU touches it, under the
+/// guard). Under loom it is a relaxed loom atomic so the model checker can
+/// interleave at its reads and writes (a plain load/store, no RMW).
+#[cfg(not(kmm_loom))]
+#[repr(transparent)]
+struct SheafSize(core::cell::Cell<usize>);
+#[cfg(not(kmm_loom))]
+impl SheafSize {
+    fn new(v: usize) -> Self {
+        Self(core::cell::Cell::new(v))
+    }
+    #[inline(always)]
+    fn get(&self) -> usize {
+        self.0.get()
+    }
+    #[inline(always)]
+    fn set(&self, v: usize) {
+        self.0.set(v);
+    }
+}
+#[cfg(kmm_loom)]
+struct SheafSize(loom::sync::atomic::AtomicUsize);
+#[cfg(kmm_loom)]
+impl SheafSize {
+    fn new(v: usize) -> Self {
+        Self(loom::sync::atomic::AtomicUsize::new(v))
+    }
+    fn get(&self) -> usize {
+        self.0.load(core::sync::atomic::Ordering::Relaxed)
+    }
+    fn set(&self, v: usize) {
+        self.0.store(v, core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The fill count of a CPU's "no sheaf" stand-in: above every capacity, so
+/// the fast paths' one bounds check (`size - 1 < cap` to pop, `size < cap`
+/// to push) fails on it and they need no separate null test.
+const NO_SHEAF_SIZE: usize = usize::MAX;
+
+impl Sheaf {
+    /// The stand-in a CPU's `main` points at while it has no sheaf (kept in
+    /// the CPU's line): a header with no slots whose size makes both fast
+    /// paths miss. Never written.
+    pub(crate) fn no_sheaf() -> Self {
+        Self {
+            size: SheafSize::new(NO_SHEAF_SIZE),
+            next: null_mut(),
+        }
+    }
+
+    /// The fill count.
+    ///
+    /// # Safety
+    /// `s` is a live sheaf (or a stand-in) owned by the caller.
+    #[inline(always)]
+    pub(crate) unsafe fn size(s: *const Sheaf) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe { (*s).size.get() }
+    }
+
+    /// Sets the fill count.
+    ///
+    /// # Safety
+    /// `s` is a live sheaf (not a stand-in) owned by the caller.
+    #[inline(always)]
+    pub(crate) unsafe fn set_size(s: *const Sheaf, n: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { (*s).size.set(n) }
+    }
+
+    /// Slot `i` of sheaf `s`.
+    ///
+    /// # Safety
+    /// `s` is a live sheaf of a barn whose capacity exceeds `i`.
+    #[inline(always)]
+    pub(crate) unsafe fn slot(s: *mut Sheaf, i: usize) -> *mut usize {
+        // SAFETY: the chunk holds the header and `capacity` slots after it.
+        unsafe { s.add(1).cast::<usize>().add(i) }
+    }
+}
+
+struct BarnInner {
+    full: *mut Sheaf,
+    nr_full: usize,
+    empty: *mut Sheaf,
+    nr_empty: usize,
+    /// Unused sheaf chunks.
+    chunks: *mut Sheaf,
+    /// Pool pages, linked through their first word.
+    pages: *mut usize,
+}
+
+// SAFETY: only pointers to memory the cache owns, reached under the mutex.
+unsafe impl Send for BarnInner {}
+
+/// The per-node barn, with the sheaf geometry of its cache.
+pub(crate) struct Barn<R: RawMutex> {
+    inner: Mutex<R, BarnInner>,
+    /// Object pointers per sheaf (at least 1).
+    cap: usize,
+    max_full: usize,
+    max_empty: usize,
+}
+
+/// Pops the head of a sheaf list.
+///
+/// # Safety
+/// The list is protected by the barn lock the caller holds.
+unsafe fn pop(list: &mut *mut Sheaf) -> *mut Sheaf {
+    let s = *list;
+    if !s.is_null() {
+        // SAFETY: `s` is a live sheaf on the caller's locked list.
+        *list = unsafe { (*s).next };
+    }
+    s
+}
+
+/// # Safety
+/// As [`pop`]; `s` is a live sheaf on no list.
+unsafe fn push(list: &mut *mut Sheaf, s: *mut Sheaf) {
+    // SAFETY: as documented.
+    unsafe { (*s).next = *list };
+    *list = s;
+}
+
+impl<R: RawMutex> Barn<R> {
+    /// An empty barn for sheaves of `cap` objects (raised to 1), keeping at
+    /// most `max_full` full and `max_empty` empty sheaves.
+    pub(crate) fn new(cap: usize, max_full: usize, max_empty: usize) -> Self {
+        Self {
+            inner: Mutex::new(BarnInner {
+                full: null_mut(),
+                nr_full: 0,
+                empty: null_mut(),
+                nr_empty: 0,
+                chunks: null_mut(),
+                pages: null_mut(),
+            }),
+            cap: cap.max(1),
+            max_full,
+            max_empty,
+        }
+    }
+
+    /// Sheaf capacity (at least 1).
+    #[inline(always)]
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    fn sheaf_bytes(&self) -> usize {
+        (core::mem::size_of::<Sheaf>() + self.cap * 8).next_multiple_of(64)
+    }
+
+    /// An empty sheaf: from the barn's empty list, the chunk pool, or a new
+    /// pool page from `pages`.
+    pub(crate) fn get_empty<P: PageSource>(&self, pages: &P) -> Result<*mut Sheaf, AllocError> {
+        let mut b = self.inner.lock();
+        // SAFETY: barn lock held.
+        let mut s = unsafe { pop(&mut b.empty) };
+        if !s.is_null() {
+            b.nr_empty -= 1;
+        } else {
+            // SAFETY: barn lock held.
+            s = unsafe { pop(&mut b.chunks) };
+            if s.is_null() {
+                let page = pages.page_size();
+                let mem = pages
+                    .alloc_pages(page, page)
+                    .ok_or(AllocError::OutOfMemory)?
+                    .as_ptr();
+                let sz = self.sheaf_bytes();
+                // SAFETY: a fresh page we own: link it into the pool list
+                // through its first word, carve the rest into chunks.
+                unsafe {
+                    mem.cast::<*mut usize>().write(b.pages);
+                    b.pages = mem.cast();
+                    let mut off = 64;
+                    while off + sz <= page {
+                        let chunk = mem.add(off).cast::<Sheaf>();
+                        chunk.write(Sheaf {
+                            size: SheafSize::new(0),
+                            next: null_mut(),
+                        });
+                        push(&mut b.chunks, chunk);
+                        off += sz;
+                    }
+                    s = pop(&mut b.chunks);
+                }
+            }
+        }
+        // SAFETY: `s` is a chunk we now own.
+        unsafe { Sheaf::set_size(s, 0) };
+        Ok(s)
+    }
+
+    /// `barn_get_full_sheaf` / `barn_put_empty_sheaf` in one lock hold:
+    /// a full sheaf for `empty` (null: none to give back), if there is one.
+    pub(crate) fn exchange_empty_for_full(&self, empty: *mut Sheaf) -> Option<*mut Sheaf> {
+        let mut b = self.inner.lock();
+        // SAFETY: barn lock held.
+        let full = unsafe { pop(&mut b.full) };
+        if full.is_null() {
+            return None;
+        }
+        if crate::loom_hooks::barn_two_phase() {
+            // Broken variant: the sheaf is unlinked in a second critical
+            // section, so two CPUs can both take the same full sheaf.
+            // SAFETY: barn lock held; undo the pop, unlink later.
+            unsafe { push(&mut b.full, full) };
+            drop(b);
+            let mut b = self.inner.lock();
+            // SAFETY: barn lock held.
+            unsafe {
+                if b.full == full {
+                    pop(&mut b.full);
+                }
+            }
+            b.nr_full -= 1;
+            if !empty.is_null() {
+                // SAFETY: barn lock held; `empty` is ours.
+                unsafe { push(&mut b.empty, empty) };
+                b.nr_empty += 1;
+            }
+            return Some(full);
+        }
+        b.nr_full -= 1;
+        if !empty.is_null() {
+            if b.nr_empty < self.max_empty {
+                // SAFETY: barn lock held; `empty` is ours.
+                unsafe { push(&mut b.empty, empty) };
+                b.nr_empty += 1;
+            } else {
+                // SAFETY: as above.
+                unsafe { push(&mut b.chunks, empty) };
+            }
+        }
+        Some(full)
+    }
+
+    /// `barn_put_full_sheaf` + get an empty one, if the barn has room.
+    pub(crate) fn exchange_full_for_empty<P: PageSource>(
+        &self,
+        full: *mut Sheaf,
+        pages: &P,
+    ) -> Option<*mut Sheaf> {
+        let mut b = self.inner.lock();
+        if b.nr_full >= self.max_full {
+            return None;
+        }
+        // SAFETY: barn lock held; `full` is ours.
+        unsafe { push(&mut b.full, full) };
+        b.nr_full += 1;
+        // SAFETY: barn lock held.
+        let mut e = unsafe { pop(&mut b.empty) };
+        if e.is_null() {
+            // SAFETY: barn lock held.
+            e = unsafe { pop(&mut b.chunks) };
+        } else {
+            b.nr_empty -= 1;
+        }
+        drop(b);
+        if e.is_null() {
+            e = self.get_empty(pages).ok()?;
+        }
+        // SAFETY: `e` is ours.
+        unsafe { Sheaf::set_size(e, 0) };
+        Some(e)
+    }
+
+    /// Takes a full sheaf out of the barn (flushing it), if there is one.
+    pub(crate) fn take_full(&self) -> Option<*mut Sheaf> {
+        let mut b = self.inner.lock();
+        // SAFETY: barn lock held.
+        let s = unsafe { pop(&mut b.full) };
+        if s.is_null() {
+            return None;
+        }
+        b.nr_full -= 1;
+        Some(s)
+    }
+
+    /// Returns an emptied sheaf to the chunk pool.
+    ///
+    /// # Safety
+    /// `s` is a live sheaf of this barn, owned by the caller and on no list.
+    pub(crate) unsafe fn put_chunk(&self, s: *mut Sheaf) {
+        let mut b = self.inner.lock();
+        // SAFETY: barn lock held; the caller's contract.
+        unsafe { push(&mut b.chunks, s) };
+    }
+
+    /// Returns the sheaf pool's pages to `pages` (destroy, after every flush).
+    ///
+    /// # Safety
+    /// No sheaf of this barn is in use, and `pages` is the source the pool
+    /// pages came from.
+    pub(crate) unsafe fn release_pool<P: PageSource>(&self, pages: &P) {
+        let mut b = self.inner.lock();
+        b.empty = null_mut();
+        b.nr_empty = 0;
+        b.chunks = null_mut();
+        let mut p = core::mem::replace(&mut b.pages, null_mut());
+        let page = pages.page_size();
+        while !p.is_null() {
+            // SAFETY: `p` is a pool page (its first word links the next); no
+            // sheaf in it is in use (the caller's contract).
+            unsafe {
+                let next = p.cast::<*mut usize>().read();
+                pages.free_pages(NonNull::new_unchecked(p.cast()), page, page);
+                p = next;
+            }
+        }
+    }
+}

@@ -8,15 +8,6 @@
 //! unchanged code. Each crate keeps its loom atomics shim private
 //! (`crate::sync`).
 
-/// `core::sync::atomic`, or loom's under `cfg(kmm_loom)`: kept only for a
-/// crate that has not yet moved to its own private shim. Not part of the API.
-#[doc(hidden)]
-#[cfg(not(kmm_loom))]
-pub use core::sync::atomic;
-#[doc(hidden)]
-#[cfg(kmm_loom)]
-pub use loom::sync::atomic;
-
 pub use lock_api::RawMutex;
 
 /// The raw lock used when the OS does not supply one: a test-and-set spinlock.

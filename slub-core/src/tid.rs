@@ -24,7 +24,7 @@ use crate::slab::Slab;
 use crate::slabs::{CpuPartial, Over, Slabs};
 use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
-use arch_api::sync::atomic::Ordering;
+use core::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas, DwCell};
 use core::marker::PhantomData;
 

@@ -242,7 +242,7 @@ impl FreeTree {
     }
 
     /// Total free bytes (walks the tree).
-    #[cfg(test)]
+    #[cfg(all(test, not(kmm_loom)))]
     pub(crate) fn free_bytes<S: NodeSource>(&self, s: &S) -> u64 {
         let mut total = 0;
         let mut i = self.tree.first(s);

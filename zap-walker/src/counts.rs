@@ -75,7 +75,7 @@ impl LiveCounts {
     }
 
     /// Tables counted.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), kmm_loom), allow(dead_code))]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -211,7 +211,7 @@ impl LiveCounts {
     }
 
     /// Stops counting `table` if it is counted.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), kmm_loom), allow(dead_code))]
     pub(crate) fn remove(&mut self, table: PhysAddr) {
         if let Some(i) = self.find(table) {
             self.remove_at(i);

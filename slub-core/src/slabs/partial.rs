@@ -16,7 +16,7 @@ use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
 use crate::stats::StatItem;
 use crate::sync::UnsafeCellPtr;
-use arch_api::sync::atomic::Ordering;
+use core::sync::atomic::Ordering;
 use arch_api::sync::{Mutex, MutexGuard, RawMutex};
 use arch_api::{DoubleWord, DwCas};
 use core::cell::UnsafeCell;

@@ -12,7 +12,7 @@ use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
 use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
-use arch_api::sync::atomic::Ordering;
+use core::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas};
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {

@@ -10,9 +10,10 @@ use crate::setup::Needs;
 // Crate lists. A new crate is one line here; every step picks it up.
 // ---------------------------------------------------------------------------
 
-/// Library crates: all `#![no_std]`, each with the features `std` (default), `stats` and `debug`.
-/// They are linted, tested on the host and under qemu, built bare-metal, and searched for
-/// `tests/loom_*.rs`.
+/// Library crates: all `#![no_std]` with default features (the kernel build), hosted pieces
+/// behind `std`; `stats` and `debug` where a crate has something to gate (see
+/// [`crates_with_feature`]). They are linted, tested on the host and under qemu, built
+/// bare-metal, packaged, checked on the MSRV, and searched for `tests/loom_*.rs`.
 pub const LIB_CRATES: &[&str] = &[
     "arch-api",
     "arch-x86_64",
@@ -70,7 +71,7 @@ pub const QEMU_TARGET: &str = "aarch64-unknown-linux-gnu";
 /// The bare-metal targets every library crate must build for without `std`.
 pub const BARE_METAL_TARGETS: &[&str] = &["x86_64-unknown-none", "aarch64-unknown-none"];
 /// Feature configurations: `default` adds no feature, the others enable `<crate>/<config>` for
-/// every library crate.
+/// every library crate that declares the feature `<config>`.
 pub const FEATURE_CONFIGS: &[&str] = &["default", "stats", "debug"];
 /// The qemu configurations: (name, RUSTFLAGS or none, target directory).
 const QEMU_CONFIGS: &[(&str, Option<&str>, &str)] = &[
@@ -242,13 +243,48 @@ pub struct Selection {
     pub only: BTreeSet<StepKind>,
 }
 
-/// `--features a/CONFIG,b/CONFIG,…` for every library crate in `crates`, or nothing for `default`.
-fn feature_args(crates: &[&str], config: &str) -> Vec<String> {
-    if config == "default" {
+/// `--features a/CONFIG,b/CONFIG,…` for the crates in `crates`, or nothing for `default` (or
+/// when `crates` is empty).
+fn feature_args<S: AsRef<str>>(crates: &[S], config: &str) -> Vec<String> {
+    if config == "default" || crates.is_empty() {
         return Vec::new();
     }
-    let list: Vec<String> = crates.iter().map(|c| format!("{c}/{config}")).collect();
+    let list: Vec<String> = crates
+        .iter()
+        .map(|c| format!("{}/{config}", c.as_ref()))
+        .collect();
     vec!["--features".to_string(), list.join(",")]
+}
+
+/// The names declared in the `[features]` table of `manifest` (a `Cargo.toml`'s text).
+fn declared_features(manifest: &str) -> Vec<String> {
+    let mut in_features = false;
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_features = line == "[features]";
+        } else if in_features && !line.starts_with('#') {
+            if let Some((name, _)) = line.split_once('=') {
+                found.push(name.trim().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The library crates that declare the feature `feature` (a crate declares only the features
+/// that gate something, so `stats` and `debug` are not in every crate).
+pub fn crates_with_feature(root: &Path, feature: &str) -> Vec<&'static str> {
+    LIB_CRATES
+        .iter()
+        .copied()
+        .filter(|c| {
+            std::fs::read_to_string(root.join(c).join("Cargo.toml"))
+                .map(|m| declared_features(&m).iter().any(|f| f == feature))
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// `-p a -p b …`.
@@ -293,7 +329,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     for config in FEATURE_CONFIGS {
         let cmd = Cmd::new("cargo")
             .args(["clippy", "--workspace", "--all-targets"])
-            .args(feature_args(LIB_CRATES, config))
+            .args(feature_args(&crates_with_feature(root, config), config))
             .args(["--", "-D", "warnings"]);
         rows.push(Step::new(
             StepKind::Clippy,
@@ -325,7 +361,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     for config in FEATURE_CONFIGS {
         let cmd = Cmd::new("cargo")
             .args(["test", "--workspace"])
-            .args(feature_args(LIB_CRATES, config));
+            .args(feature_args(&crates_with_feature(root, config), config));
         rows.push(Step::new(
             StepKind::Test,
             HOST_TARGET,
@@ -369,12 +405,14 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         ));
     }
 
+    // Default features are the kernel build (no `std`), so these build exactly what a
+    // kernel that names the crates gets.
     for target in BARE_METAL_TARGETS {
         for config in FEATURE_CONFIGS {
             let cmd = Cmd::new("cargo")
-                .args(["build", "--target", target, "--no-default-features"])
+                .args(["build", "--target", target])
                 .args(package_args(LIB_CRATES))
-                .args(feature_args(LIB_CRATES, config));
+                .args(feature_args(&crates_with_feature(root, config), config));
             rows.push(Step::new(
                 StepKind::BuildNone,
                 target,
@@ -526,10 +564,17 @@ mod tests {
     }
 
     #[test]
-    fn features_name_every_lib_crate() {
+    fn features_name_the_crates_that_declare_them() {
         assert!(feature_args(LIB_CRATES, "default").is_empty());
+        assert!(feature_args::<&str>(&[], "stats").is_empty());
         let args = feature_args(&["a", "b"], "stats");
         assert_eq!(args, ["--features", "a/stats,b/stats"]);
+        let manifest = "[package]\nname = \"x\"\n[features]\n# c\ndefault = []\nstd = [\"y/std\"]\n\n[dependencies]\nz = \"1\"\n";
+        assert_eq!(declared_features(manifest), ["default", "std"]);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        assert_eq!(crates_with_feature(root, "std"), LIB_CRATES);
+        let stats = crates_with_feature(root, "stats");
+        assert!(stats.contains(&"slub-core") && !stats.contains(&"arch-api"));
     }
 
     #[test]

@@ -1,5 +1,26 @@
 //! A **simulated** ia64 (Itanium) backend.
 //!
+//! # Example
+//!
+//! The layout replays ia64's geometry; [`Cmp8xchg16`] compares only the `hi`
+//! word (SLUB's tid) and exchanges both:
+//!
+//! ```
+//! use arch_api::{DoubleWord, DwCas, DwCell, PageTableLayout, VirtAddr};
+//! use arch_ia64_sim::{Cmp8xchg16, Ia64Sim};
+//!
+//! assert_eq!(Ia64Sim::PAGE_SIZE, 16 * 1024);
+//! assert_eq!(Ia64Sim::LEVELS, 4);
+//! // The region is the top three bits of the address.
+//! assert_eq!(Ia64Sim::region(VirtAddr::new(0xa000_0000_0000_0000)), 5);
+//!
+//! let cell = DwCell::new(DoubleWord::new(0x1000, 7));
+//! // `lo` differs from what is expected, `hi` (the tid) matches: the CAS succeeds.
+//! let r = Cmp8xchg16::compare_exchange(&cell, DoubleWord::new(0xdead, 7), DoubleWord::new(0x2000, 8));
+//! assert!(r.is_ok());
+//! assert_eq!(cell.load(), DoubleWord::new(0x2000, 8));
+//! ```
+//!
 //! There is no ia64 hardware or Rust target to run on; this crate models the
 //! architecture in plain Rust for two reasons:
 //!

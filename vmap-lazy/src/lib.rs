@@ -2,6 +2,37 @@
 //! (virtual ranges) and zap-walker (page tables), with lazy, batched TLB
 //! purging (SPEC stories 1, 4 and 5).
 //!
+//! # Example
+//!
+//! A vmalloc window over the kernel's frames and TLB; here the hosted
+//! `PhysArena` and software TLB of 4 CPUs (feature `std`):
+//!
+//! ```
+//! use arch_api::{CostModel, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+//! use arch_x86_64::X86_64Pml4;
+//! use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocError, VmallocMem};
+//!
+//! const PAGE: u64 = 4096;
+//! let frames = PhysArena::new(4 << 20, PAGE).unwrap();
+//! let mem = VmallocMem::new(&frames);
+//! let tlb = SoftTlb::new(4, PAGE, CostModel::FREE);
+//! let config = VmallocConfig {
+//!     vstart: VirtAddr::new(0xffff_c900_0000_0000),
+//!     vend: VirtAddr::new(0xffff_c900_1000_0000),
+//!     cpus: 4,
+//! };
+//! let v: Vmalloc<'_, X86_64Pml4, PhysArena, SoftTlbCpu<'_>> =
+//!     Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, config)?;
+//!
+//! let a = v.vmalloc(3 * PAGE)?;
+//! v.vfree(a)?; // entries cleared now, no TLB flush yet
+//! assert_eq!(v.vmap_lazy_nr(), 3);
+//! let report = v.purge(); // one flush for every lazy range, then reuse
+//! assert_eq!(report.pages, 3);
+//! assert_eq!(v.vmalloc(PAGE)?, a);
+//! # Ok::<(), VmallocError>(())
+//! ```
+//!
 //! `vfree` clears an area's page-table entries at once but does not flush
 //! the TLB: the range stays reserved on a lazy list, counted in
 //! `vmap_lazy_nr`, until `purge_vmap_area_lazy` flushes the union of all lazy
@@ -9,8 +40,8 @@
 //!
 //! The seam is [`PurgePolicy`] (when to purge): [`LazyMaxPages`] (default,
 //! Linux's `lazy_max_pages`), [`Eager`] (purge on every free) and
-//! [`LookupCost`] (purge when a search got expensive). Hosted builds add the
-//! [`StaleTlbChecker`], which proves on the software TLB model that no range
+//! [`LookupCost`] (purge when a search got expensive). Hosted builds (feature
+//! `std`) add the `StaleTlbChecker`, which proves on the software TLB model that no range
 //! is handed out while a CPU may still translate it.
 //!
 //! [`NodeVmalloc`] runs the same protocol over vmap-core's concurrent fronts

@@ -82,6 +82,9 @@ const QEMU_CONFIGS: &[(&str, Option<&str>, &str)] = &[
         "target/xtask/aarch64-lse",
     ),
 ];
+/// The minimum supported Rust version: `rust-version` in the workspace `Cargo.toml`, as a rustup
+/// toolchain name. The `msrv` rows check the library crates with it.
+pub const MSRV_TOOLCHAIN: &str = "1.85.0";
 /// Loom's bound on preemptions per execution.
 const LOOM_MAX_PREEMPTIONS: &str = "3";
 
@@ -100,6 +103,10 @@ pub enum StepKind {
     TestQemu,
     /// Bare-metal `no_std` builds.
     BuildNone,
+    /// `cargo package` of every library crate, as it would be published.
+    Package,
+    /// The library crates checked with the minimum supported Rust version.
+    Msrv,
     /// The demo kernels booted under qemu-system-* (`cargo xtask qemu`).
     QemuSystem,
     /// Loom model checks.
@@ -119,6 +126,8 @@ impl StepKind {
         StepKind::Test,
         StepKind::TestQemu,
         StepKind::BuildNone,
+        StepKind::Package,
+        StepKind::Msrv,
         StepKind::QemuSystem,
         StepKind::Loom,
         StepKind::Miri,
@@ -134,6 +143,8 @@ impl StepKind {
             StepKind::Test => "test",
             StepKind::TestQemu => "test-qemu",
             StepKind::BuildNone => "build-none",
+            StepKind::Package => "package",
+            StepKind::Msrv => "msrv",
             StepKind::QemuSystem => "qemu-system",
             StepKind::Loom => "loom",
             StepKind::Miri => "miri",
@@ -151,14 +162,24 @@ impl StepKind {
         match self {
             StepKind::Setup | StepKind::Fmt | StepKind::Doc => true,
             StepKind::Clippy | StepKind::Test | StepKind::BuildNone => config == "default",
-            StepKind::TestQemu | StepKind::QemuSystem | StepKind::Loom | StepKind::Miri => false,
+            StepKind::TestQemu
+            | StepKind::Package
+            | StepKind::Msrv
+            | StepKind::QemuSystem
+            | StepKind::Loom
+            | StepKind::Miri => false,
         }
     }
 
     /// What `setup` must provide for this kind on `target`.
     fn needs(self, target: &str, needs: &mut Needs) {
         match self {
-            StepKind::Setup | StepKind::Test | StepKind::Loom | StepKind::Doc => {}
+            StepKind::Setup
+            | StepKind::Test
+            | StepKind::Package
+            | StepKind::Loom
+            | StepKind::Doc => {}
+            StepKind::Msrv => needs.msrv = true,
             StepKind::Fmt => {
                 needs.components.insert("rustfmt");
             }
@@ -422,6 +443,32 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         }
     }
 
+    // Every library crate packaged as it would be published: the manifest as rewritten for the
+    // registry (versions beside path dependencies, no path-only dev-dependencies), the files
+    // the package holds, and a build of each from its package alone (interdependent crates
+    // through cargo's local overlay registry). `--allow-dirty`: local runs on a work tree.
+    let package = Cmd::new("cargo")
+        .args(["package", "--workspace", "--allow-dirty"])
+        .args(BIN_CRATES.iter().flat_map(|c| ["--exclude", c]));
+    rows.push(Step::new(
+        StepKind::Package,
+        "host",
+        "default",
+        Action::Cmd(package),
+    ));
+
+    // The MSRV: the library crates as a kernel builds them (default features) and hosted
+    // (`std`), on the oldest toolchain `rust-version` promises. Libraries only: the tests,
+    // benches and the harness may use newer dev-dependencies.
+    for config in ["default", "std"] {
+        let cmd = Cmd::new("cargo")
+            .args([format!("+{MSRV_TOOLCHAIN}"), "check".to_string()])
+            .args(package_args(LIB_CRATES))
+            .args(feature_args(&crates_with_feature(root, config), config))
+            .env("CARGO_TARGET_DIR", "target/xtask/msrv");
+        rows.push(Step::new(StepKind::Msrv, "host", config, Action::Cmd(cmd)));
+    }
+
     // The demo kernels: a normal boot and the deliberate-fault boot per port.
     for port in crate::qemu::PORTS {
         for (config, extra) in [("default", None), ("fault-test", Some("--fault-test"))] {
@@ -468,6 +515,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         rows.push(step);
     }
 
+    // The workspace's docs (the harness turns `std` on everywhere) ...
     let doc = Cmd::new("cargo")
         .args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
@@ -476,6 +524,32 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         "host",
         "default",
         Action::Cmd(doc),
+    ));
+    // ... and the library crates' docs as a kernel (default features) builds them: no link
+    // may point at a hosted-only item.
+    let doc_kernel = Cmd::new("cargo")
+        .args(["doc", "--no-deps"])
+        .args(package_args(LIB_CRATES))
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .env("CARGO_TARGET_DIR", "target/xtask/doc-kernel");
+    rows.push(Step::new(
+        StepKind::Doc,
+        "host",
+        "kernel",
+        Action::Cmd(doc_kernel),
+    ));
+    // Each library crate's example (the doc-test at the top of its `lib.rs`) also runs in every
+    // `cargo test` row above (no target selection: unit, integration and doc-tests); this row
+    // runs them alone, with `std` named, as a reader of the docs would.
+    let doctest = Cmd::new("cargo")
+        .args(["test", "--doc"])
+        .args(package_args(LIB_CRATES))
+        .args(feature_args(&crates_with_feature(root, "std"), "std"));
+    rows.push(Step::new(
+        StepKind::Doc,
+        "host",
+        "doctest",
+        Action::Cmd(doctest),
     ));
 
     // Skip reasons: --only first (the developer's explicit choice), then --quick.
@@ -540,6 +614,8 @@ mod tests {
                 "build-none/x86_64-unknown-none/default",
                 "build-none/aarch64-unknown-none/default",
                 "doc/host/default",
+                "doc/host/kernel",
+                "doc/host/doctest",
             ]
         );
     }
@@ -578,6 +654,21 @@ mod tests {
     }
 
     #[test]
+    fn msrv_toolchain_is_the_declared_rust_version() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let declared = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("rust-version = "))
+            .expect("workspace rust-version")
+            .trim_matches('"');
+        assert!(
+            MSRV_TOOLCHAIN == declared || MSRV_TOOLCHAIN.starts_with(&format!("{declared}.")),
+            "rust-version {declared} but the msrv rows use {MSRV_TOOLCHAIN}"
+        );
+    }
+
+    #[test]
     fn only_setup_prepares_for_everything() {
         let sel = Selection {
             only: [StepKind::Setup].into(),
@@ -588,7 +679,7 @@ mod tests {
         let Action::Setup(needs) = &rows[0].action else {
             panic!("setup is the first row")
         };
-        assert!(needs.cross && needs.nightly_miri);
+        assert!(needs.cross && needs.nightly_miri && needs.msrv);
         assert!(needs.targets.contains(QEMU_TARGET));
         assert_eq!(running(&sel), ["setup/host/-"]);
     }

@@ -24,8 +24,9 @@
 //! There is no ia64 hardware or Rust target to run on; this crate models the
 //! architecture in plain Rust for two reasons:
 //!
-//! * story 2 of the spec (a 16 TiB `munmap` of an untouched mapping taking
-//!   24 s, 2005) happened on ia64 with 16 KiB pages and four levels; the
+//! * the 2005 `munmap` of an untouched 16 TiB file mapping that took 24 s
+//!   (Linux re-descended from the top for every 8-page block) happened on
+//!   ia64 with 16 KiB pages and four levels; the
 //!   walker and the harness replay it on that original geometry, where the
 //!   root is shared by the eight regions;
 //! * ia64's `cmp8xchg16` compares one word and exchanges two, so the SLUB

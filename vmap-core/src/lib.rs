@@ -34,7 +34,8 @@
 //! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
 //!
 //! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
-//! With `alloc`, the `sharded` module adds per-node fronts (story 4) and a global-lock
+//! With `alloc`, the `sharded` module adds per-node fronts (Linux 6.9's split
+//! of the global vmap lock, 2024) and a global-lock
 //! variant behind the shared `VmapNodes` trait.
 #![no_std]
 #![deny(missing_docs)]

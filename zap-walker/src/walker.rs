@@ -324,7 +324,8 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     }
 
     /// Bytes of page-table memory held, shadows and the zeroed-table stock
-    /// included (story 4's "page-table pages" figure).
+    /// included (the figure Linux's 2024 per-node vmap split kept in check:
+    /// ~132 MB of page-table pages in its `test_vmalloc` run on 128 CPUs).
     pub fn pagetable_bytes(&self) -> u64 {
         self.table_bytes_in_use + self.stock_bytes()
     }

@@ -653,6 +653,42 @@ mod tests {
         assert!(stats.contains(&"slub-core") && !stats.contains(&"arch-api"));
     }
 
+    /// The first fenced code block of `text` whose opening fence is `fence`, its lines as
+    /// written.
+    fn first_block<'a>(text: impl Iterator<Item = &'a str>, fence: &str) -> Vec<&'a str> {
+        text.skip_while(|l| l.trim_end() != fence)
+            .skip(1)
+            .take_while(|l| l.trim_end() != "```")
+            .collect()
+    }
+
+    #[test]
+    fn readme_examples_are_the_crate_doc_tests() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for krate in LIB_CRATES {
+            let lib = std::fs::read_to_string(root.join(krate).join("src/lib.rs")).unwrap();
+            let docs = lib
+                .lines()
+                .map_while(|l| l.strip_prefix("//!"))
+                .map(|l| l.strip_prefix(' ').unwrap_or(l));
+            // Hidden doc-test lines (`# …`) are not shown in the README.
+            let doc_test: Vec<&str> = first_block(docs, "```")
+                .into_iter()
+                .filter(|l| *l != "#" && !l.starts_with("# "))
+                .collect();
+            let readme = std::fs::read_to_string(root.join(krate).join("README.md")).unwrap();
+            let shown = first_block(readme.lines(), "```rust");
+            assert!(
+                !doc_test.is_empty(),
+                "{krate}: lib.rs opens with no example"
+            );
+            assert_eq!(
+                shown, doc_test,
+                "{krate}: README.md's example differs from the doc-test at the top of src/lib.rs"
+            );
+        }
+    }
+
     #[test]
     fn msrv_toolchain_is_the_declared_rust_version() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -2,6 +2,25 @@
 //! virtual address, the `casp` / `ldxp`+`stxp` double-word CAS, and `tlbi`
 //! invalidation.
 //!
+//! # Example
+//!
+//! A kernel names its granule as the layout type `L` of the walker and
+//! vmalloc (the TTBR1 half with the 4K granule here); the descriptor type
+//! writes the Arm ARM's bits:
+//!
+//! ```
+//! use arch_aarch64::{Aarch64Granule4K, Descriptor};
+//! use arch_api::{EntryKind, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
+//!
+//! let va = VirtAddr::new(0xffff_0000_1234_5000);
+//! let idx: Vec<usize> = (0..4).map(|l| Aarch64Granule4K::index(va, l)).collect();
+//! assert_eq!(idx, [0, 0, 145, 325]);
+//!
+//! let page = Descriptor::<Aarch64Granule4K>::new_leaf(PhysAddr::new(0x4008_0000), MapFlags::WRITE, 3);
+//! assert_eq!(page.kind(3), EntryKind::Leaf);
+//! assert_eq!(page.addr(), PhysAddr::new(0x4008_0000));
+//! ```
+//!
 //! It implements the `arch-api` seam:
 //!
 //! * [`PageTableLayout`](arch_api::PageTableLayout) for the three translation
@@ -22,17 +41,6 @@
 //! D8, "The AArch64 Virtual Memory System Architecture", for translation
 //! granules, descriptor formats (D8.3) and TLB maintenance (D8.13 and the
 //! `TLBI` instructions), and chapter C6 for `CASP`, `LDXP` and `STXP`.
-//!
-//! # Example
-//!
-//! ```
-//! use arch_aarch64::Aarch64Granule4K;
-//! use arch_api::{PageTableLayout, VirtAddr};
-//!
-//! let va = VirtAddr::new(0xffff_0000_1234_5000);
-//! let idx: Vec<usize> = (0..4).map(|l| Aarch64Granule4K::index(va, l)).collect();
-//! assert_eq!(idx, [0, 0, 145, 325]);
-//! ```
 #![no_std]
 #![deny(missing_docs)]
 

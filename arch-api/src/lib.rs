@@ -1,5 +1,62 @@
 //! The architecture seam of the workspace.
 //!
+//! # Example
+//!
+//! What a kernel writes against the seam: its page allocator as a
+//! [`FrameSource`], its direct map as a [`PhysMap`]; a DW-CAS user goes
+//! through [`DwCas`] (here the portable [`LockedDwCas`]).
+//!
+//! ```
+//! use arch_api::{
+//!     DoubleWord, DwCas, DwCell, FrameError, FrameSource, LockedDwCas, OffsetPhysMap, PhysAddr,
+//!     PhysMap,
+//! };
+//! use core::sync::atomic::{AtomicU64, Ordering};
+//!
+//! /// A boot-time bump allocator over `[next, end)` that never frees.
+//! struct BootFrames {
+//!     next: AtomicU64,
+//!     end: u64,
+//! }
+//!
+//! impl FrameSource for BootFrames {
+//!     fn granule(&self) -> u64 {
+//!         4096
+//!     }
+//!     fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+//!         if size == 0 || size % 4096 != 0 || !align.is_power_of_two() {
+//!             return Err(FrameError::BadLayout);
+//!         }
+//!         let mut cur = self.next.load(Ordering::Relaxed);
+//!         loop {
+//!             let start = (cur + align - 1) & !(align - 1);
+//!             if start + size > self.end {
+//!                 return Err(FrameError::OutOfFrames);
+//!             }
+//!             match self.next.compare_exchange(cur, start + size, Ordering::Relaxed, Ordering::Relaxed) {
+//!                 Ok(_) => return Ok(PhysAddr::new(start)),
+//!                 Err(seen) => cur = seen,
+//!             }
+//!         }
+//!     }
+//!     fn free(&self, _addr: PhysAddr, _size: u64) -> Result<(), FrameError> {
+//!         Err(FrameError::NotAllocated)
+//!     }
+//! }
+//!
+//! let frames = BootFrames { next: AtomicU64::new(0x10_0000), end: 0x20_0000 };
+//! let direct_map = OffsetPhysMap { offset: 0xffff_8880_0000_0000 };
+//! let table = frames.alloc(4096, 4096)?;
+//! assert_eq!(direct_map.phys_to_ptr(table) as u64, 0xffff_8880_0010_0000);
+//!
+//! // SLUB's (freelist, tid) pair: both words or neither.
+//! let cell = DwCell::new(DoubleWord::new(0x1000, 7));
+//! let old = LockedDwCas::compare_exchange(&cell, DoubleWord::new(0x1000, 7), DoubleWord::new(0x2000, 8));
+//! assert_eq!(old, Ok(DoubleWord::new(0x1000, 7)));
+//! assert_eq!(cell.load(), DoubleWord::new(0x2000, 8));
+//! # Ok::<(), FrameError>(())
+//! ```
+//!
 //! Everything that differs between CPUs is behind one of four traits here, and
 //! every other crate is written against them:
 //!
@@ -12,8 +69,8 @@
 //!   kernel reaches them (`frame`).
 //!
 //! Hosted builds (feature `std`) add the shared simulation pieces: a physical
-//! memory [`PhysArena`] backed by host memory and the [`SoftTlb`] model with its
-//! [`CostModel`]. [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
+//! memory `PhysArena` backed by host memory and the `SoftTlb` model with its
+//! `CostModel`. [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
 //! the OS supplies.
 //!
 //! Start reading at `layout.rs`, then `dwcas.rs`; the backends live in

@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn munmap_story_arithmetic() {
-        // Story 2: a 17592182882304-byte mapping, "16 TiB". By hand that is
+        // The 2005 munmap: a 17592182882304-byte mapping, "16 TiB". By hand that is
         // 2^44 - 3162112 = 2^44 - 193 pages of 16 KiB.
         const STORY_LEN: u64 = 17_592_182_882_304;
         assert_eq!((1u64 << 44) - STORY_LEN, 193 * 16384);

@@ -328,7 +328,7 @@ mod tests {
             let tlb = SoftTlb::new(3, P, COST);
             tlb.touch(1, r5(1000));
             let ptc = PtcGa::new(&tlb, 0);
-            // Story 2's 16 TiB unmap, from the region base: one 2^44 block.
+            // The 2005 munmap's 16 TiB unmap, from the region base: one 2^44 block.
             let end = VirtAddr::new(r5(0).as_u64() + (1 << 44));
             ptc.flush_range(r5(0), end, P);
             assert_eq!(ptc.ptc_ga_count(), 1);

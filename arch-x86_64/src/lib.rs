@@ -1,5 +1,25 @@
 //! The x86_64 backend of the workspace's architecture seam ([`arch_api`]).
 //!
+//! # Example
+//!
+//! A kernel names the paging mode as the layout type `L` of the walker and
+//! vmalloc; the entry type writes the SDM's bits:
+//!
+//! ```
+//! use arch_api::{EntryKind, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
+//! use arch_x86_64::{Pml4Entry, X86_64Pml4};
+//!
+//! // vmalloc space of a 4-level kernel: PML4 index 402, then 0, 1, 3.
+//! let va = VirtAddr::new(0xffff_c900_0020_3000);
+//! let idx: Vec<usize> = (0..X86_64Pml4::LEVELS).map(|l| X86_64Pml4::index(va, l)).collect();
+//! assert_eq!(idx, [402, 0, 1, 3]);
+//! assert!(!X86_64Pml4::is_canonical(VirtAddr::new(0x0000_8000_0000_0000)));
+//!
+//! let pte = Pml4Entry::new_leaf(PhysAddr::new(0x1234_5000), MapFlags::WRITE | MapFlags::GLOBAL, 3);
+//! assert_eq!(pte.kind(3), EntryKind::Leaf);
+//! assert_eq!(pte.addr(), PhysAddr::new(0x1234_5000));
+//! ```
+//!
 //! It implements:
 //!
 //! * [`PageTableLayout`](arch_api::PageTableLayout) for the two paging modes,

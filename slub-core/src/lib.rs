@@ -2,6 +2,30 @@
 //! `(freelist, tid)` pair updated by one double-word CAS, with Linux 7.0's
 //! "sheaves" front as a per-cache alternative.
 //!
+//! # Example
+//!
+//! A cache of 64-byte objects. Slab pages come from a [`PageSource`], the
+//! CPU id from a [`CpuLocal`]; here the hosted `ArenaPages` and `ThreadCpus`
+//! (feature `std`), on bare metal [`FramePages`] and the kernel's own
+//! `CpuLocal`:
+//!
+//! ```
+//! use arch_api::PhysArena;
+//! use slub_core::{ArenaPages, CacheFlags, KmemCache, ThreadCpus};
+//!
+//! let arena = PhysArena::new(4 << 20, 4096).unwrap();
+//! let mut cache: KmemCache<ArenaPages<'_>, ThreadCpus> =
+//!     KmemCache::new("inode", 64, 8, CacheFlags::NONE, ArenaPages::new(&arena), ThreadCpus)
+//!         .unwrap();
+//! let obj = cache.alloc().unwrap(); // the lockless (freelist, tid) fast path
+//! // SAFETY: `obj` is a fresh 64-byte object.
+//! unsafe { obj.as_ptr().write_bytes(0, 64) };
+//! // SAFETY: allocated from this cache above, freed once.
+//! unsafe { cache.free(obj) }.unwrap();
+//! cache.destroy().unwrap();
+//! assert_eq!(arena.frames_in_use(), 0); // every slab page went back
+//! ```
+//!
 //! # What is here
 //!
 //! * [`KmemCache`] (`kmem_cache`): `new(name, size, align, flags, …)`,
@@ -27,8 +51,8 @@
 //! * The DW-CAS `D: `[`DwCas`](arch_api::DwCas), default [`DefaultDwCas`]
 //!   (`cmpxchg16b`, `casp`, or the portable locked one), chosen by `cfg-if`.
 //!   ia64's simulated `cmp8xchg16` (compares the tid only) works too.
-//! * [`CpuLocal`]: CPU id and guard. Hosted: [`ThreadCpus`] (each thread is a
-//!   CPU; CPU-local CAS) and [`MigratingCpus`] (tasks share CPU slots and can
+//! * [`CpuLocal`]: CPU id and guard. Hosted (feature `std`): `ThreadCpus` (each thread is a
+//!   CPU; CPU-local CAS) and `MigratingCpus` (tasks share CPU slots and can
 //!   migrate between reading the tid and the CAS; SMP CAS). Bare metal: the
 //!   OS implements it; `cpu_local/mod.rs` lists what it must guarantee.
 //! * [`PageSource`]: where slab pages come from ([`FramePages`] adapts

@@ -1,6 +1,27 @@
 //! vmap-core: the kernel virtual-address-space allocator (Linux's vmalloc KVA
 //! allocator, `alloc_vmap_area` / `free_vmap_area`).
 //!
+//! # Example
+//!
+//! A window of kernel virtual space, nodes from a fixed pool (no heap):
+//!
+//! ```
+//! use vmap_core::{Augmented, FixedPool, VirtAddr, VmapError, VmapSpace};
+//!
+//! const PAGE: u64 = 4096;
+//! let start = VirtAddr::new(0xffff_c900_0000_0000);
+//! let end = VirtAddr::new(0xffff_c900_0400_0000); // 64 MiB
+//! let mut space = VmapSpace::<Augmented, _>::new(start, end, PAGE, FixedPool::<64>::new())?;
+//!
+//! let a = space.alloc(4 * PAGE, PAGE, start, end)?;
+//! let b = space.alloc(PAGE, PAGE, start, end)?;
+//! assert_eq!((a.va_start, b.va_start), (start, a.va_end)); // lowest fit first
+//! space.free(a.va_start)?;
+//! let c = space.alloc(2 * PAGE, PAGE, start, end)?; // reuses the hole
+//! assert_eq!(c.va_start, start);
+//! # Ok::<(), VmapError>(())
+//! ```
+//!
 //! A [`VmapSpace`] hands out page-granular [`VmapArea`]s from `[start, end)`
 //! at the lowest fitting address, with the vmem constraints Linux lacks
 //! (`phase`, `nocross`, exact address; see [`AllocRequest`]), one-search
@@ -13,8 +34,9 @@
 //! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
 //!
 //! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
-//! With `alloc`, [`sharded`] adds per-node fronts (story 4) and a global-lock
-//! variant behind the shared [`VmapNodes`] trait.
+//! With `alloc`, the `sharded` module adds per-node fronts (Linux 6.9's split
+//! of the global vmap lock, 2024) and a global-lock
+//! variant behind the shared `VmapNodes` trait.
 #![no_std]
 #![deny(missing_docs)]
 

@@ -1,5 +1,7 @@
 //! Counters for the harness (feature `stats`): nodes visited per allocation
-//! (the figure story 1 is about) and busy-tree searches per vfree (story 5).
+//! (in 2010 Linux's vmalloc visited ≈5535 tree nodes per allocation with lazy
+//! freeing, 8 with the free area cache) and busy-tree searches per vfree (two
+//! before Linux's 2022 find-and-unlink, one after).
 
 /// Search counters of one [`VmapSpace`](crate::VmapSpace).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,7 +4,9 @@
 //! lazy list until a purge has flushed the TLB for it. `vmap_lazy_nr` counts
 //! the pages on the lists; the purge policy reads it.
 //!
-//! The ordering is the point (SPEC story 1, "a racy flag then atomic add"):
+//! The ordering is the point (Linux's 2010 lazy-free accounting had "a racy
+//! flag then atomic add": `vmap_lazy_nr` went wrong when a purge ran between
+//! the two steps):
 //! [`add`](LazyAccount::add) counts the pages FIRST and only then publishes
 //! the area on a list. A purge can only take areas that are published, so it
 //! only ever subtracts pages already counted: the counter never underflows,

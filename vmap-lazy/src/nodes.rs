@@ -1,5 +1,5 @@
 //! `NodeVmalloc`: vmalloc over vmap-core's concurrent fronts ([`VmapNodes`]:
-//! the sharded `vmap_node`s of story 4, or the global-lock variant), with a
+//! the sharded `vmap_node`s of Linux 6.9, or the global-lock variant), with a
 //! lazy list and an area table PER NODE, kept under that node's lock
 //! ([`NodeLazy`], the front's lazy slot). Freed areas go back to the node
 //! that owns them; one purge takes every node's lazy list and flushes the

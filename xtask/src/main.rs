@@ -36,7 +36,7 @@ flags:
   --json               (matrix only) stdout carries exactly one JSON object {\"rows\":[...]};
                        the tools' output goes to stderr
   --only STEP[,STEP]   run only these steps: setup, fmt, clippy, test, test-qemu, build-none,
-                       qemu-system, loom, miri, doc
+                       package, msrv, qemu-system, loom, miri, doc
   --step-timeout SECS  kill a row after SECS seconds (default 1200; 0: no limit)
 ";
 

@@ -26,6 +26,8 @@ pub struct Needs {
     pub nightly_miri: bool,
     /// `qemu-aarch64`, `aarch64-linux-gnu-gcc` and the aarch64 libc.
     pub cross: bool,
+    /// The MSRV toolchain (`steps::MSRV_TOOLCHAIN`, minimal profile).
+    pub msrv: bool,
 }
 
 impl Needs {
@@ -43,6 +45,9 @@ impl Needs {
         }
         if self.cross {
             parts.push("qemu-aarch64, aarch64-linux-gnu-gcc".to_string());
+        }
+        if self.msrv {
+            parts.push(format!("toolchain {}", crate::steps::MSRV_TOOLCHAIN));
         }
         if parts.is_empty() {
             "nothing".to_string()
@@ -71,6 +76,9 @@ pub fn run(root: &Path, needs: &Needs, sink: Sink) -> Result<(), String> {
     }
     if needs.cross {
         problems.extend(setup.cross().err());
+    }
+    if needs.msrv {
+        problems.extend(setup.msrv().err());
     }
     if problems.is_empty() {
         Ok(())
@@ -172,6 +180,25 @@ impl Setup<'_> {
                 "miri,rust-src",
             ]))
         }
+    }
+
+    fn msrv(&self) -> Result<(), String> {
+        let msrv = crate::steps::MSRV_TOOLCHAIN;
+        let toolchains = self.rustup_list(&["toolchain", "list"])?;
+        if toolchains
+            .iter()
+            .any(|t| t.starts_with(&format!("{msrv}-")))
+        {
+            eprintln!("    setup: toolchain {msrv} present");
+            return Ok(());
+        }
+        self.install(Cmd::new("rustup").args([
+            "toolchain",
+            "install",
+            msrv,
+            "--profile",
+            "minimal",
+        ]))
     }
 
     fn cross(&self) -> Result<(), String> {

@@ -10,10 +10,12 @@ use crate::setup::Needs;
 // Crate lists. A new crate is one line here; every step picks it up.
 // ---------------------------------------------------------------------------
 
-/// Library crates: all `#![no_std]`, each with the features `std` (default), `stats` and `debug`.
-/// They are linted, tested on the host and under qemu, built bare-metal, and searched for
-/// `tests/loom_*.rs`. Some also have `testing` (test support, not part of the API): their own
-/// tests turn it on through a dev-dependency on themselves, so no row has to name it.
+/// Library crates: all `#![no_std]` with default features (the kernel build), hosted pieces
+/// behind `std`; `stats` and `debug` where a crate has something to gate (see
+/// [`crates_with_feature`]). They are linted, tested on the host and under qemu, built
+/// bare-metal, packaged, checked on the MSRV, and searched for `tests/loom_*.rs`. Some also have
+/// `testing` (test support, not part of the API): their own tests turn it on through a
+/// dev-dependency on themselves, so no row has to name it.
 pub const LIB_CRATES: &[&str] = &[
     "arch-api",
     "arch-x86_64",
@@ -71,7 +73,7 @@ pub const QEMU_TARGET: &str = "aarch64-unknown-linux-gnu";
 /// The bare-metal targets every library crate must build for without `std`.
 pub const BARE_METAL_TARGETS: &[&str] = &["x86_64-unknown-none", "aarch64-unknown-none"];
 /// Feature configurations: `default` adds no feature, the others enable `<crate>/<config>` for
-/// every library crate.
+/// every library crate that declares the feature `<config>`.
 pub const FEATURE_CONFIGS: &[&str] = &["default", "stats", "debug"];
 /// The qemu configurations: (name, RUSTFLAGS or none, target directory).
 const QEMU_CONFIGS: &[(&str, Option<&str>, &str)] = &[
@@ -82,6 +84,9 @@ const QEMU_CONFIGS: &[(&str, Option<&str>, &str)] = &[
         "target/xtask/aarch64-lse",
     ),
 ];
+/// The minimum supported Rust version: `rust-version` in the workspace `Cargo.toml`, as a rustup
+/// toolchain name. The `msrv` rows check the library crates with it.
+pub const MSRV_TOOLCHAIN: &str = "1.85.0";
 /// Loom's bound on preemptions per execution.
 const LOOM_MAX_PREEMPTIONS: &str = "3";
 
@@ -100,6 +105,10 @@ pub enum StepKind {
     TestQemu,
     /// Bare-metal `no_std` builds.
     BuildNone,
+    /// `cargo package` of every library crate, as it would be published.
+    Package,
+    /// The library crates checked with the minimum supported Rust version.
+    Msrv,
     /// The demo kernels booted under qemu-system-* (`cargo xtask qemu`).
     QemuSystem,
     /// Loom model checks.
@@ -119,6 +128,8 @@ impl StepKind {
         StepKind::Test,
         StepKind::TestQemu,
         StepKind::BuildNone,
+        StepKind::Package,
+        StepKind::Msrv,
         StepKind::QemuSystem,
         StepKind::Loom,
         StepKind::Miri,
@@ -134,6 +145,8 @@ impl StepKind {
             StepKind::Test => "test",
             StepKind::TestQemu => "test-qemu",
             StepKind::BuildNone => "build-none",
+            StepKind::Package => "package",
+            StepKind::Msrv => "msrv",
             StepKind::QemuSystem => "qemu-system",
             StepKind::Loom => "loom",
             StepKind::Miri => "miri",
@@ -151,14 +164,24 @@ impl StepKind {
         match self {
             StepKind::Setup | StepKind::Fmt | StepKind::Doc => true,
             StepKind::Clippy | StepKind::Test | StepKind::BuildNone => config == "default",
-            StepKind::TestQemu | StepKind::QemuSystem | StepKind::Loom | StepKind::Miri => false,
+            StepKind::TestQemu
+            | StepKind::Package
+            | StepKind::Msrv
+            | StepKind::QemuSystem
+            | StepKind::Loom
+            | StepKind::Miri => false,
         }
     }
 
     /// What `setup` must provide for this kind on `target`.
     fn needs(self, target: &str, needs: &mut Needs) {
         match self {
-            StepKind::Setup | StepKind::Test | StepKind::Loom | StepKind::Doc => {}
+            StepKind::Setup
+            | StepKind::Test
+            | StepKind::Package
+            | StepKind::Loom
+            | StepKind::Doc => {}
+            StepKind::Msrv => needs.msrv = true,
             StepKind::Fmt => {
                 needs.components.insert("rustfmt");
             }
@@ -243,13 +266,48 @@ pub struct Selection {
     pub only: BTreeSet<StepKind>,
 }
 
-/// `--features a/CONFIG,b/CONFIG,…` for every library crate in `crates`, or nothing for `default`.
-fn feature_args(crates: &[&str], config: &str) -> Vec<String> {
-    if config == "default" {
+/// `--features a/CONFIG,b/CONFIG,…` for the crates in `crates`, or nothing for `default` (or
+/// when `crates` is empty).
+fn feature_args<S: AsRef<str>>(crates: &[S], config: &str) -> Vec<String> {
+    if config == "default" || crates.is_empty() {
         return Vec::new();
     }
-    let list: Vec<String> = crates.iter().map(|c| format!("{c}/{config}")).collect();
+    let list: Vec<String> = crates
+        .iter()
+        .map(|c| format!("{}/{config}", c.as_ref()))
+        .collect();
     vec!["--features".to_string(), list.join(",")]
+}
+
+/// The names declared in the `[features]` table of `manifest` (a `Cargo.toml`'s text).
+fn declared_features(manifest: &str) -> Vec<String> {
+    let mut in_features = false;
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_features = line == "[features]";
+        } else if in_features && !line.starts_with('#') {
+            if let Some((name, _)) = line.split_once('=') {
+                found.push(name.trim().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The library crates that declare the feature `feature` (a crate declares only the features
+/// that gate something, so `stats` and `debug` are not in every crate).
+pub fn crates_with_feature(root: &Path, feature: &str) -> Vec<&'static str> {
+    LIB_CRATES
+        .iter()
+        .copied()
+        .filter(|c| {
+            std::fs::read_to_string(root.join(c).join("Cargo.toml"))
+                .map(|m| declared_features(&m).iter().any(|f| f == feature))
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// `-p a -p b …`.
@@ -294,7 +352,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     for config in FEATURE_CONFIGS {
         let cmd = Cmd::new("cargo")
             .args(["clippy", "--workspace", "--all-targets"])
-            .args(feature_args(LIB_CRATES, config))
+            .args(feature_args(&crates_with_feature(root, config), config))
             .args(["--", "-D", "warnings"]);
         rows.push(Step::new(
             StepKind::Clippy,
@@ -326,7 +384,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     for config in FEATURE_CONFIGS {
         let cmd = Cmd::new("cargo")
             .args(["test", "--workspace"])
-            .args(feature_args(LIB_CRATES, config));
+            .args(feature_args(&crates_with_feature(root, config), config));
         rows.push(Step::new(
             StepKind::Test,
             HOST_TARGET,
@@ -370,12 +428,14 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         ));
     }
 
+    // Default features are the kernel build (no `std`), so these build exactly what a
+    // kernel that names the crates gets.
     for target in BARE_METAL_TARGETS {
         for config in FEATURE_CONFIGS {
             let cmd = Cmd::new("cargo")
-                .args(["build", "--target", target, "--no-default-features"])
+                .args(["build", "--target", target])
                 .args(package_args(LIB_CRATES))
-                .args(feature_args(LIB_CRATES, config));
+                .args(feature_args(&crates_with_feature(root, config), config));
             rows.push(Step::new(
                 StepKind::BuildNone,
                 target,
@@ -383,6 +443,32 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
                 Action::Cmd(cmd),
             ));
         }
+    }
+
+    // Every library crate packaged as it would be published: the manifest as rewritten for the
+    // registry (versions beside path dependencies, no path-only dev-dependencies), the files
+    // the package holds, and a build of each from its package alone (interdependent crates
+    // through cargo's local overlay registry). `--allow-dirty`: local runs on a work tree.
+    let package = Cmd::new("cargo")
+        .args(["package", "--workspace", "--allow-dirty"])
+        .args(BIN_CRATES.iter().flat_map(|c| ["--exclude", c]));
+    rows.push(Step::new(
+        StepKind::Package,
+        "host",
+        "default",
+        Action::Cmd(package),
+    ));
+
+    // The MSRV: the library crates as a kernel builds them (default features) and hosted
+    // (`std`), on the oldest toolchain `rust-version` promises. Libraries only: the tests,
+    // benches and the harness may use newer dev-dependencies.
+    for config in ["default", "std"] {
+        let cmd = Cmd::new("cargo")
+            .args([format!("+{MSRV_TOOLCHAIN}"), "check".to_string()])
+            .args(package_args(LIB_CRATES))
+            .args(feature_args(&crates_with_feature(root, config), config))
+            .env("CARGO_TARGET_DIR", "target/xtask/msrv");
+        rows.push(Step::new(StepKind::Msrv, "host", config, Action::Cmd(cmd)));
     }
 
     // The demo kernels: a normal boot and the deliberate-fault boot per port.
@@ -431,6 +517,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         rows.push(step);
     }
 
+    // The workspace's docs (the harness turns `std` on everywhere) ...
     let doc = Cmd::new("cargo")
         .args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
@@ -439,6 +526,32 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         "host",
         "default",
         Action::Cmd(doc),
+    ));
+    // ... and the library crates' docs as a kernel (default features) builds them: no link
+    // may point at a hosted-only item.
+    let doc_kernel = Cmd::new("cargo")
+        .args(["doc", "--no-deps"])
+        .args(package_args(LIB_CRATES))
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .env("CARGO_TARGET_DIR", "target/xtask/doc-kernel");
+    rows.push(Step::new(
+        StepKind::Doc,
+        "host",
+        "kernel",
+        Action::Cmd(doc_kernel),
+    ));
+    // Each library crate's example (the doc-test at the top of its `lib.rs`) also runs in every
+    // `cargo test` row above (no target selection: unit, integration and doc-tests); this row
+    // runs them alone, with `std` named, as a reader of the docs would.
+    let doctest = Cmd::new("cargo")
+        .args(["test", "--doc"])
+        .args(package_args(LIB_CRATES))
+        .args(feature_args(&crates_with_feature(root, "std"), "std"));
+    rows.push(Step::new(
+        StepKind::Doc,
+        "host",
+        "doctest",
+        Action::Cmd(doctest),
     ));
 
     // Skip reasons: --only first (the developer's explicit choice), then --quick.
@@ -503,6 +616,8 @@ mod tests {
                 "build-none/x86_64-unknown-none/default",
                 "build-none/aarch64-unknown-none/default",
                 "doc/host/default",
+                "doc/host/kernel",
+                "doc/host/doctest",
             ]
         );
     }
@@ -527,10 +642,68 @@ mod tests {
     }
 
     #[test]
-    fn features_name_every_lib_crate() {
+    fn features_name_the_crates_that_declare_them() {
         assert!(feature_args(LIB_CRATES, "default").is_empty());
+        assert!(feature_args::<&str>(&[], "stats").is_empty());
         let args = feature_args(&["a", "b"], "stats");
         assert_eq!(args, ["--features", "a/stats,b/stats"]);
+        let manifest = "[package]\nname = \"x\"\n[features]\n# c\ndefault = []\nstd = [\"y/std\"]\n\n[dependencies]\nz = \"1\"\n";
+        assert_eq!(declared_features(manifest), ["default", "std"]);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        assert_eq!(crates_with_feature(root, "std"), LIB_CRATES);
+        let stats = crates_with_feature(root, "stats");
+        assert!(stats.contains(&"slub-core") && !stats.contains(&"arch-api"));
+    }
+
+    /// The first fenced code block of `text` whose opening fence is `fence`, its lines as
+    /// written.
+    fn first_block<'a>(text: impl Iterator<Item = &'a str>, fence: &str) -> Vec<&'a str> {
+        text.skip_while(|l| l.trim_end() != fence)
+            .skip(1)
+            .take_while(|l| l.trim_end() != "```")
+            .collect()
+    }
+
+    #[test]
+    fn readme_examples_are_the_crate_doc_tests() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for krate in LIB_CRATES {
+            let lib = std::fs::read_to_string(root.join(krate).join("src/lib.rs")).unwrap();
+            let docs = lib
+                .lines()
+                .map_while(|l| l.strip_prefix("//!"))
+                .map(|l| l.strip_prefix(' ').unwrap_or(l));
+            // Hidden doc-test lines (`# …`) are not shown in the README.
+            let doc_test: Vec<&str> = first_block(docs, "```")
+                .into_iter()
+                .filter(|l| *l != "#" && !l.starts_with("# "))
+                .collect();
+            let readme = std::fs::read_to_string(root.join(krate).join("README.md")).unwrap();
+            let shown = first_block(readme.lines(), "```rust");
+            assert!(
+                !doc_test.is_empty(),
+                "{krate}: lib.rs opens with no example"
+            );
+            assert_eq!(
+                shown, doc_test,
+                "{krate}: README.md's example differs from the doc-test at the top of src/lib.rs"
+            );
+        }
+    }
+
+    #[test]
+    fn msrv_toolchain_is_the_declared_rust_version() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let declared = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("rust-version = "))
+            .expect("workspace rust-version")
+            .trim_matches('"');
+        assert!(
+            MSRV_TOOLCHAIN == declared || MSRV_TOOLCHAIN.starts_with(&format!("{declared}.")),
+            "rust-version {declared} but the msrv rows use {MSRV_TOOLCHAIN}"
+        );
     }
 
     #[test]
@@ -544,7 +717,7 @@ mod tests {
         let Action::Setup(needs) = &rows[0].action else {
             panic!("setup is the first row")
         };
-        assert!(needs.cross && needs.nightly_miri);
+        assert!(needs.cross && needs.nightly_miri && needs.msrv);
         assert!(needs.targets.contains(QEMU_TARGET));
         assert_eq!(running(&sel), ["setup/host/-"]);
     }

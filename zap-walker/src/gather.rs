@@ -12,7 +12,8 @@
 //!
 //! What it touched is kept as up to [`FLUSH_RANGES`] disjoint ranges rather
 //! than one `[min, max]`: a zap whose few pages lie far apart (a sparse
-//! mapping, the 1 TiB cycle of story 2) then invalidates those pages through
+//! mapping, the sparse map + unmap of 1 TiB that took 1.69 s on ppc64
+//! before the 2005 fix) then invalidates those pages through
 //! [`TlbFlush::flush_ranges`] in one shootdown instead of everything between
 //! them; past the flush ceiling it is a full flush either way.
 //!

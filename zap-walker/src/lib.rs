@@ -2,6 +2,38 @@
 //! [`PageTableLayout`] under a work budget, with an `mmu_gather`-style TLB
 //! batch and lock-break points.
 //!
+//! # Example
+//!
+//! Map four pages, translate, unmap them under a work budget. The frame
+//! source, direct map and TLB are the kernel's; here they are the hosted
+//! `PhysArena` and `SoftTlb` (feature `std`):
+//!
+//! ```
+//! use arch_api::{CostModel, PhysArena, SoftTlb};
+//! use arch_x86_64::X86_64Pml4;
+//! use zap_walker::{FrameSource, Frames, Gather, MapFlags, VirtAddr, Walker, WorkBudget};
+//!
+//! const PAGE: u64 = 4096;
+//! let mem = PhysArena::new(1 << 20, PAGE).unwrap(); // FrameSource + PhysMap
+//! let tlb = SoftTlb::new(1, PAGE, CostModel::FREE); // TlbFlush, one CPU
+//! let mut walker = Walker::<X86_64Pml4, _>::new(&mem)?;
+//!
+//! let va = VirtAddr::new(0xffff_c900_0000_0000);
+//! let mut frames = [arch_api::PhysAddr::new(0); 4];
+//! mem.alloc_many(PAGE, PAGE, &mut frames).unwrap();
+//! walker.map_range(va, Frames::List(&frames), MapFlags::WRITE)?;
+//! assert_eq!(walker.translate(va).unwrap().frame, frames[0]);
+//!
+//! // The zap clears the entries, flushes once, then frees the frames and the
+//! // tables that became empty; it breaks (cond_resched) when the budget is spent.
+//! let mut gather: Gather<_> = Gather::new(tlb.on(0));
+//! let end = VirtAddr::new(va.as_u64() + 4 * PAGE);
+//! let stats = walker.zap_range(va, end, &mut WorkBudget::for_page_size(PAGE, true), &mut gather)?;
+//! assert_eq!(stats.leaves_cleared, 4);
+//! assert!(walker.translate(va).is_none());
+//! # Ok::<(), zap_walker::WalkError>(())
+//! ```
+//!
 //! One [`Walker`] serves every layout of the workspace (x86_64 4- and 5-level,
 //! aarch64 4K/16K/64K granules, ia64-sim): it only reads the geometry and the
 //! entry format from `arch-api`, never names an architecture.

@@ -185,7 +185,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// `map_range` of base pages inside one last-level table's span (a
-    /// vmalloc of a few pages, a `vm_map_ram`, the 1 TiB cycle of story 2):
+    /// vmalloc of a few pages, a `vm_map_ram`, the sparse 1 TiB map + unmap
+    /// cycle of 2005's zap fix):
     /// one descent instead of the plan and install passes. Nothing is
     /// written until every check has passed and every missing table is in
     /// hand; the missing tables are filled and chained while unreachable and

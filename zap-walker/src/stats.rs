@@ -5,7 +5,9 @@
 /// per call in the value [`Walker::zap_range`](crate::Walker::zap_range) returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkStats {
-    /// Entries read and examined, at every level (the 2005 story's figure).
+    /// Entries read and examined, at every level (what made the 2005 ia64
+    /// `munmap` of an untouched 16 TiB mapping take 24 s: an empty pgd entry
+    /// was revisited 1,073,741,824 times).
     pub entries_visited: u64,
     /// Budget units charged (1 per empty entry, a page's weight per leaf
     /// under the default weights).

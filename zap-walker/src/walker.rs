@@ -403,8 +403,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     }
 
     /// Bytes of page-table memory held: the tables it allocated, the
-    /// zeroed-table stock and the side store of live counts (story 4's
-    /// "page-table pages" figure).
+    /// zeroed-table stock and the side store of live counts (the figure
+    /// Linux's 2024 per-node vmap split kept in check: ~132 MB of
+    /// page-table pages in its `test_vmalloc` run on 128 CPUs).
     pub fn pagetable_bytes(&self) -> u64 {
         self.table_bytes_in_use + self.stock_bytes() + self.counts.bytes()
     }

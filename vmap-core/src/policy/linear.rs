@@ -1,7 +1,8 @@
 //! `linear`: the 2010 baseline. Every allocation searches the busy tree for
 //! the first area at `vstart` and walks forward over busy areas until a hole
 //! fits — with many lazily freed areas in the tree that walk visited
-//! thousands of nodes per allocation (SPEC story 1).
+//! thousands of nodes per allocation (≈5535 in 2010's loop of a million
+//! vmalloc / touch / vfree, which took ~150 s on 8 cores, 10× eager purging).
 
 use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;

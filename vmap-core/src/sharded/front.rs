@@ -1,4 +1,5 @@
-//! `ShardedVmap`: per-node locks over partitioned free space (story 4, and
+//! `ShardedVmap`: per-node locks over partitioned free space (as Linux 6.9's
+//! `vmap_node`s, 2024, and
 //! beyond Linux 6.9, which shards the busy trees but still serialises every
 //! allocation on one global free-tree lock).
 //!

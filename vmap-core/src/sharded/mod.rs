@@ -1,4 +1,5 @@
-//! Fronts for concurrent use (feature `alloc`; story 4): [`ShardedVmap`],
+//! Fronts for concurrent use (feature `alloc`; Linux 6.9's per-node split of
+//! the global `vmap_area_lock`, 2024): [`ShardedVmap`],
 //! per-node locks with partitioned free space, and [`GlobalVmap`], one lock
 //! around one [`VmapSpace`](crate::VmapSpace) for comparison. Both implement
 //! [`VmapNodes`], which the harness and vmap-lazy program against.

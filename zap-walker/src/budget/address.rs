@@ -1,4 +1,5 @@
-//! The `address` policy: Linux before 2005, kept only to reproduce the story.
+//! The `address` policy: Linux before 2005, kept only to reproduce the 24 s
+//! `munmap` of an untouched 16 TiB mapping on ia64.
 //!
 //! `unmap_vmas` cut the range into fixed blocks of `ZAP_BLOCK_SIZE` bytes
 //! and walked each from the top of the tree, breaking after every block. An

@@ -1,7 +1,7 @@
 //! The `ZapBudget` seam: how unmap work is counted and when the walker stops
 //! to let the OS reschedule.
 //!
-//! The story (SPEC.md, 2005): Linux unmapped in fixed address blocks of
+//! The history (2005): Linux unmapped in fixed address blocks of
 //! `ZAP_BLOCK_SIZE` and re-descended from the top for every block, so an
 //! untouched 16 TiB mapping took 24 s on ia64. The fix counted work instead:
 //! an empty entry costs 1, a present page costs `PAGE_SIZE` ("a page is worth

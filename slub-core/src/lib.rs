@@ -15,7 +15,7 @@
 //!
 //! let arena = PhysArena::new(4 << 20, 4096).unwrap();
 //! let mut cache: KmemCache<ArenaPages<'_>, ThreadCpus> =
-//!     KmemCache::new("inode", 64, 8, CacheFlags::NONE, ArenaPages::new(&arena), ThreadCpus)
+//!     KmemCache::new("inode", 64, 8, CacheFlags::empty(), ArenaPages::new(&arena), ThreadCpus)
 //!         .unwrap();
 //! let obj = cache.alloc().unwrap(); // the lockless (freelist, tid) fast path
 //! // SAFETY: `obj` is a fresh 64-byte object.

@@ -24,9 +24,9 @@ use crate::slab::Slab;
 use crate::slabs::{CpuPartial, Over, Slabs};
 use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
-use core::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas, DwCell};
 use core::marker::PhantomData;
+use core::sync::atomic::Ordering;
 
 /// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
 /// `cell`; the partial list is protected by the CpuLocal guard.

@@ -47,8 +47,29 @@ where
     M: FrameSource + PhysMap + ?Sized,
     R: RawMutex,
 {
+    /// Over fresh root table(s) of its own (a hosted kernel, the tests).
     pub(crate) fn new(mem: &'m VmallocMem<'m, M>) -> Result<Self, VmallocError> {
-        let mut walker = Walker::new(mem).map_err(VmallocError::WalkerSetup)?;
+        Self::over(Walker::new(mem).map_err(VmallocError::WalkerSetup)?)
+    }
+
+    /// Over `window` of the kernel's own table at `root`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Walker::attach`]: `root` is a live table of layout `L`
+    /// reachable through `mem`, and inside `window` only this vmalloc writes
+    /// entries while it lives.
+    pub(crate) unsafe fn attach(
+        mem: &'m VmallocMem<'m, M>,
+        root: PhysAddr,
+        window: core::ops::Range<VirtAddr>,
+    ) -> Result<Self, VmallocError> {
+        // SAFETY: forwarded to the caller.
+        let w = unsafe { Walker::attach(mem, root, window) };
+        Self::over(w.map_err(VmallocError::WalkerSetup)?)
+    }
+
+    fn over(mut walker: Walker<'m, L, VmallocMem<'m, M>>) -> Result<Self, VmallocError> {
         // Kernel page tables are never freed (the TLB may cache walks
         // through them until a flush, which vfree defers).
         walker.set_free_empty_tables(false);
@@ -59,7 +80,7 @@ where
         // and `NodeVmalloc::write_byte`).
         let leaf = unsafe { walker.leaf_path() };
         Ok(Self {
-            mem,
+            mem: walker.mem(),
             pt: Mutex::new(walker),
             leaf,
         })

@@ -94,9 +94,42 @@ where
     C: AllocCheck,
     R: RawMutex,
 {
-    /// vmalloc over the front `nodes` (whose page size must be the layout's).
+    /// vmalloc over the front `nodes` (whose page size must be the layout's),
+    /// in page tables of its own.
     pub fn new(
         mem: &'m VmallocMem<'m, M>,
+        nodes: N,
+        tlb: T,
+        policy: P,
+        check: C,
+        cpus: u32,
+    ) -> Result<Self, VmallocError> {
+        Self::over(Mapper::new(mem)?, nodes, tlb, policy, check, cpus)
+    }
+
+    /// vmalloc over the front `nodes`, in the window the front covers of the
+    /// kernel's own page table at `root` (see [`Vmalloc::attach`](crate::Vmalloc::attach)).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Vmalloc::attach`](crate::Vmalloc::attach).
+    pub unsafe fn attach(
+        mem: &'m VmallocMem<'m, M>,
+        root: PhysAddr,
+        nodes: N,
+        tlb: T,
+        policy: P,
+        check: C,
+        cpus: u32,
+    ) -> Result<Self, VmallocError> {
+        let (start, end) = nodes.range();
+        // SAFETY: forwarded to the caller.
+        let map = unsafe { Mapper::attach(mem, root, start..end)? };
+        Self::over(map, nodes, tlb, policy, check, cpus)
+    }
+
+    fn over(
+        map: Mapper<'m, L, M, R>,
         nodes: N,
         tlb: T,
         policy: P,
@@ -116,7 +149,7 @@ where
             })
             .collect();
         Ok(Self {
-            map: Mapper::new(mem)?,
+            map,
             nodes,
             blocks: VmapBlocks::new(cpus as usize),
             nr: AtomicU64::new(0),

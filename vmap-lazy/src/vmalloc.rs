@@ -76,9 +76,45 @@ where
     R: RawMutex,
 {
     /// vmalloc over `[cfg.vstart, cfg.vend)`, with frames and page tables
-    /// from `mem`, purges flushed through `tlb`.
+    /// from `mem`, purges flushed through `tlb`, in page tables of its own
+    /// (fresh roots, [`page_table_roots`](Self::page_table_roots)).
     pub fn new(
         mem: &'m VmallocMem<'m, M>,
+        tlb: T,
+        policy: P,
+        check: C,
+        cfg: VmallocConfig,
+    ) -> Result<Self, VmallocError> {
+        Self::over(Mapper::new(mem)?, tlb, policy, check, cfg)
+    }
+
+    /// vmalloc over `[cfg.vstart, cfg.vend)` of the kernel's own page table
+    /// at `root` (what CR3 / TTBR1_EL1 holds), however the kernel built it:
+    /// areas are mapped into that table, nothing has to be copied or loaded.
+    /// The tables it adds in the window stay (kernel page tables are never
+    /// freed); dropping the vmalloc leaves the table to the kernel.
+    ///
+    /// # Safety
+    ///
+    /// `root` is a live page table of layout `L` whose tables `mem`'s
+    /// [`PhysMap`] reaches, and while this vmalloc lives nothing else writes
+    /// entries inside the window (the contract of zap-walker's
+    /// `Walker::attach`).
+    pub unsafe fn attach(
+        mem: &'m VmallocMem<'m, M>,
+        root: PhysAddr,
+        tlb: T,
+        policy: P,
+        check: C,
+        cfg: VmallocConfig,
+    ) -> Result<Self, VmallocError> {
+        // SAFETY: forwarded to the caller.
+        let map = unsafe { Mapper::attach(mem, root, cfg.vstart..cfg.vend)? };
+        Self::over(map, tlb, policy, check, cfg)
+    }
+
+    fn over(
+        map: Mapper<'m, L, M, R>,
         tlb: T,
         policy: P,
         check: C,
@@ -87,7 +123,7 @@ where
         let space = VmapSpace::new(cfg.vstart, cfg.vend, L::PAGE_SIZE, VecSource::new())
             .map_err(VmallocError::Setup)?;
         Ok(Self {
-            map: Mapper::new(mem)?,
+            map,
             kva: Mutex::new(Kva {
                 space,
                 areas: AreaTable::new(),

@@ -16,11 +16,11 @@ use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
 use crate::stats::StatItem;
 use crate::sync::UnsafeCellPtr;
-use core::sync::atomic::Ordering;
 use arch_api::sync::{Mutex, MutexGuard, RawMutex};
 use arch_api::{DoubleWord, DwCas};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
 
 /// The node partial list.
 pub(crate) struct PartialList {

@@ -12,8 +12,8 @@ use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
 use crate::stats::StatItem;
 use arch_api::sync::RawMutex;
-use core::sync::atomic::Ordering;
 use arch_api::{DoubleWord, DwCas};
+use core::sync::atomic::Ordering;
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the

@@ -87,7 +87,7 @@ pub fn kernel_main() -> ! {
     kprint!(
         "demo-kernel ({}): MMU on, kernel root {:#x}, {} free frames at {start:#x}..{end:#x}\n",
         arch::NAME,
-        arch::kernel_root(),
+        arch::kernel_root(0).as_u64(),
         frames::total(),
     );
 

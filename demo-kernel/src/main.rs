@@ -41,23 +41,16 @@
 //!   aligned: the RAM the kernel may hand out (after the image, the stack and
 //!   the boot tables). RAM is identity-mapped: a `PhysMap` offset of 0.
 //! * `pub const VMALLOC_START: u64`, `pub const VMALLOC_END: u64`: an
-//!   unmapped window, canonical, outside the identity map, inside what
-//!   `install_roots` hands to the walker's tables. The 1 TiB right after
-//!   `VMALLOC_END` must be canonical and unused too: the sparse munmap case
-//!   maps a few pages there through its own walker.
-//! * `pub unsafe fn install_roots(roots: &[arch_api::PhysAddr]) -> u64`:
-//!   makes a zap-walker `Walker`'s root table(s) (`Walker::roots()`) live for
-//!   every address outside the kernel identity map, keeping the identity map,
-//!   and flushes the TLB; returns a token for `restore_roots`. aarch64: the
-//!   walker keeps two roots (TTBR0/TTBR1 halves), `TTBR1_EL1 = roots[1]`
-//!   (the vmalloc window lives in the upper half). x86_64: one root; the live
-//!   PML4's identity entries are copied into `roots[0]` and CR3 loaded with
-//!   it. vmap-lazy's `Vmalloc` owns its walker and reports its roots
-//!   (`Vmalloc::page_table_roots`), so this is how its tables become the
-//!   ones the MMU walks.
-//! * `pub unsafe fn restore_roots(token: u64)`: undoes one `install_roots`.
-//! * `pub fn kernel_root() -> u64`: the physical address of the live root
-//!   table of the identity map (TTBR0 / CR3 at boot).
+//!   unmapped window, canonical, outside the identity map, translated by
+//!   the live root `kernel_root` gives. The 1 TiB right after `VMALLOC_END`
+//!   must be canonical and unused too: the sparse munmap case maps a few
+//!   pages there through a walker attached to the same root.
+//! * `pub fn kernel_root(va: u64) -> arch_api::PhysAddr`: the live root
+//!   table translating `va`, as the kernel built it at boot (aarch64:
+//!   TTBR1_EL1's table for the upper half, TTBR0_EL1's identity map for the
+//!   lower; x86_64: CR3's PML4). vmap-lazy's `Vmalloc::attach` and
+//!   zap-walker's `Walker::attach` map into it directly: nothing is copied
+//!   between roots and no root is switched.
 //! * `pub fn cycles() -> u64`: a free-running counter (`cntvct_el0` / `rdtsc`).
 //!
 //! The kernel runs on one CPU with interrupts masked throughout.

@@ -77,11 +77,18 @@ impl Table {
 static BOOT_L0: Table = Table::new();
 static BOOT_L1: Table = Table::new();
 static BOOT_L2_RAM: Table = Table::new();
-static EMPTY_TTBR1: Table = Table::new();
+/// The kernel's upper-half root (TTBR1_EL1), empty at boot: vmalloc and
+/// the munmap case attach to it.
+static KERNEL_TTBR1: Table = Table::new();
 
 /// The TTBR0 root (identity map).
 pub(super) fn ttbr0_root() -> u64 {
     BOOT_L0.pa()
+}
+
+/// The TTBR1 root (the upper half: vmalloc and the munmap case).
+pub(super) fn ttbr1_root() -> u64 {
+    KERNEL_TTBR1.pa()
 }
 
 /// Fills the boot tables: level indices from the layout, entries from
@@ -146,7 +153,7 @@ extern "C" fn boot_main() -> ! {
     build_identity_map();
     let mair = MAIR_EL1_VALUE;
     let tcr = tcr_value();
-    let (ttbr0, ttbr1) = (BOOT_L0.pa(), EMPTY_TTBR1.pa());
+    let (ttbr0, ttbr1) = (BOOT_L0.pa(), KERNEL_TTBR1.pa());
     // SAFETY: the tables are complete and identity-map the running image,
     // its stack and the UART, so execution continues at the same addresses
     // once translation is on. The TLB is invalidated (local, nothing else
@@ -179,29 +186,4 @@ extern "C" fn boot_main() -> ! {
     }
     super::tlb::count_full();
     crate::kernel::kernel_main()
-}
-
-/// Loads TTBR1_EL1 with `table` and invalidates the TLB (the entries are
-/// global, so no ASID switch would hide the old ones); returns the old value.
-///
-/// # Safety
-/// `table` is a valid level-0 table of the 4 KiB layout, kept alive while
-/// loaded.
-pub(super) unsafe fn switch_ttbr1(table: u64) -> u64 {
-    let old: u64;
-    // SAFETY: the caller vouches for the table; the barrier makes its
-    // entries visible to the walker first.
-    unsafe {
-        asm!(
-            "mrs {old}, ttbr1_el1",
-            "dsb ishst",
-            "msr ttbr1_el1, {new}",
-            "isb",
-            old = out(reg) old,
-            new = in(reg) table,
-            options(nostack),
-        );
-    }
-    arch_api::TlbFlush::flush_all(&super::tlb());
-    old
 }

@@ -21,8 +21,8 @@ pub const NAME: &str = "aarch64";
 pub type Layout = arch_aarch64::Aarch64Granule4K;
 
 /// The vmalloc window: the bottom TiB of the TTBR1 half (Linux arm64 puts
-/// vmalloc in the upper half too). The boot TTBR1 table is empty; the
-/// vmalloc walker's upper root replaces it (`install_roots`).
+/// vmalloc in the upper half too). The boot TTBR1 table is empty; vmalloc
+/// maps into it (`kernel_root`).
 pub const VMALLOC_START: u64 = 0xffff_8000_0000_0000;
 /// End of the vmalloc window (exclusive).
 pub const VMALLOC_END: u64 = 0xffff_8100_0000_0000;
@@ -96,32 +96,12 @@ pub fn free_ram() -> (u64, u64) {
     (end.next_multiple_of(4096), RAM_END)
 }
 
-/// The root table of the identity map (what TTBR0_EL1 holds).
-pub fn kernel_root() -> u64 {
-    boot::ttbr0_root()
-}
-
-/// Makes a walker's upper-half root (`roots[1]`; zap-walker keeps one root
-/// per half on aarch64) the TTBR1_EL1 table; TTBR0 keeps the identity map.
-/// Returns the previous TTBR1 for [`restore_roots`].
-///
-/// # Safety
-/// `roots` must be the roots of a live zap-walker `Walker` of [`Layout`] that
-/// stays alive (and keeps its tables) until the matching `restore_roots`, and
-/// nothing may still use addresses the previous TTBR1 table translated.
-pub unsafe fn install_roots(roots: &[PhysAddr]) -> u64 {
-    assert!(roots.len() == 2, "an aarch64 4K walker keeps two roots");
-    // SAFETY: forwarded contract: the table is a valid, live translation
-    // table for the upper half.
-    unsafe { boot::switch_ttbr1(roots[1].as_u64()) }
-}
-
-/// Undoes one [`install_roots`].
-///
-/// # Safety
-/// `token` is what the matching `install_roots` returned, and nothing still
-/// uses addresses the walker's tables translated.
-pub unsafe fn restore_roots(token: u64) {
-    // SAFETY: forwarded contract: `token` was a live TTBR1 table.
-    unsafe { boot::switch_ttbr1(token) };
+/// The live root table translating `va`: TTBR1_EL1's for the upper half,
+/// TTBR0_EL1's (the identity map) for the lower.
+pub fn kernel_root(va: u64) -> PhysAddr {
+    PhysAddr::new(if va >> 63 == 1 {
+        boot::ttbr1_root()
+    } else {
+        boot::ttbr0_root()
+    })
 }

@@ -8,7 +8,7 @@
 //! the page is flushed with the real TLB instruction, and read again.
 
 use super::kprint;
-use super::vmalloc_loop::KernelVm;
+use super::vmalloc_loop::KernelVmalloc;
 use crate::arch;
 use arch_api::{EntryKind, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
 
@@ -32,8 +32,8 @@ fn leaf_slot(root: PhysAddr, va: VirtAddr) -> Option<*mut u64> {
 }
 
 /// Installs the wrong entry and touches it; only returns if nothing faulted.
-pub fn run(k: &KernelVm) {
-    let va = match k.vm.vmalloc(arch::Layout::PAGE_SIZE) {
+pub fn run(vm: &KernelVmalloc) {
+    let va = match vm.vmalloc(arch::Layout::PAGE_SIZE) {
         Ok(va) => va,
         Err(e) => {
             kprint!("check failed: fault-test vmalloc: {e:?}\n");
@@ -42,13 +42,7 @@ pub fn run(k: &KernelVm) {
     };
     // SAFETY: a fresh, writable vmalloc page.
     unsafe { (va.as_u64() as *mut u64).write_volatile(1) };
-    // With two roots (aarch64) bit 63 picks the half, as the walker does.
-    let root = k.roots[if k.nr_roots == 2 {
-        (va.as_u64() >> 63) as usize
-    } else {
-        0
-    }];
-    let Some(slot) = leaf_slot(root, va) else {
+    let Some(slot) = leaf_slot(arch::kernel_root(va.as_u64()), va) else {
         kprint!("check failed: fault-test: no leaf for {va:?}\n");
         arch::exit(1)
     };

@@ -11,7 +11,7 @@
 use super::{Ratio, check, kprint, tlb_delta};
 use crate::arch;
 use crate::frames::Frames;
-use arch_api::{PageTableLayout, PhysAddr, PhysMap, VirtAddr};
+use arch_api::{PageTableLayout, PhysMap, VirtAddr};
 use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocMem};
 
 /// Iterations (the harness default is larger; emulation is slow).
@@ -19,47 +19,33 @@ const ITERATIONS: u64 = 10_000;
 /// Pages per vmalloc.
 const PAGES: u64 = 4;
 
-/// The kernel's vmalloc: its walker's tables are the live upper tables.
+/// The kernel's vmalloc, mapping into the kernel's own live page table.
 pub type KernelVmalloc = Vmalloc<'static, arch::Layout, Frames, arch::Tlb>;
 
 static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
-/// The kernel's vmalloc and the root tables of its walker (now live).
-pub struct KernelVm {
-    /// The allocator.
-    pub vm: KernelVmalloc,
-    /// Its walker's roots, as `Walker::roots()` would list them.
-    pub roots: [PhysAddr; 2],
-    /// How many of `roots` are used.
-    pub nr_roots: usize,
-}
-
-/// Sets vmalloc up over the window, makes its tables live, runs the loop and
-/// returns it (it stays the kernel's vmalloc). The policy is the harness's
-/// `augmented`: vmap-core's augmented free tree with `lazy_max_pages`
-/// purging, `Vmalloc`'s defaults.
-pub fn run() -> KernelVm {
+/// Sets vmalloc up over the window of the kernel's live table, runs the loop
+/// and returns it (it stays the kernel's vmalloc). The policy is the
+/// harness's `augmented`: vmap-core's augmented free tree with
+/// `lazy_max_pages` purging, `Vmalloc`'s defaults.
+pub fn run() -> KernelVmalloc {
     let cfg = VmallocConfig {
         vstart: VirtAddr::new(arch::VMALLOC_START),
         vend: VirtAddr::new(arch::VMALLOC_END),
         cpus: 1,
     };
-    let vm = match Vmalloc::new(&VMEM, arch::tlb(), LazyMaxPages, NoCheck, cfg) {
+    let root = arch::kernel_root(arch::VMALLOC_START);
+    // SAFETY: `root` is the live kernel table translating the window, in
+    // identity-mapped RAM (`Frames`' direct map); nothing but this vmalloc
+    // ever writes inside the window, and the table lives for ever.
+    let vm = match unsafe { Vmalloc::attach(&VMEM, root, arch::tlb(), LazyMaxPages, NoCheck, cfg) }
+    {
         Ok(vm) => vm,
         Err(e) => {
             kprint!("check failed: vmalloc setup: {e:?}\n");
             arch::exit(1)
         }
     };
-    let (roots, n) = vm.page_table_roots();
-    if n == 0 {
-        kprint!("check failed: vmalloc setup allocated no root table\n");
-        arch::exit(1)
-    }
-    // SAFETY: `roots` are the root tables of `vm`'s walker, which lives for
-    // the rest of the run (it is returned and kept); nothing used the window
-    // before.
-    let _ = unsafe { arch::install_roots(&roots[..n]) };
 
     let ps = arch::Layout::PAGE_SIZE;
     let mut stale = 0u64;
@@ -129,11 +115,7 @@ pub fn run() -> KernelVm {
         format_args!("vmalloc-loop: the window is still mapped"),
     );
     small_purge(&vm);
-    KernelVm {
-        vm,
-        roots,
-        nr_roots: n,
-    }
+    vm
 }
 
 /// Writes a tag into every page of the `PAGES`-page area at `va` through

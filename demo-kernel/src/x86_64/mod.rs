@@ -36,7 +36,7 @@ mod serial;
 mod tlb;
 mod tlb_check;
 
-use arch_api::{PageTableEntry, PageTableLayout, PhysAddr, TlbFlush};
+use arch_api::PhysAddr;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 
@@ -78,9 +78,10 @@ pub fn free_ram() -> (u64, u64) {
     )
 }
 
-/// The physical address of the kernel's own PML4 (the identity map).
-pub fn kernel_root() -> u64 {
-    paging::KERNEL_ROOT.load(Ordering::Relaxed)
+/// The live root table translating `va`: the kernel's own PML4 (what CR3
+/// holds), for both halves.
+pub fn kernel_root(_va: u64) -> PhysAddr {
+    PhysAddr::new(paging::KERNEL_ROOT.load(Ordering::Relaxed))
 }
 
 /// The time-stamp counter.
@@ -91,88 +92,6 @@ pub fn cycles() -> u64 {
         core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
     };
     (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// The PML4 slots of the identity map: every present entry of the kernel
-/// root (slot 0 with up to 512 GiB of RAM).
-fn identity_slots() -> impl Iterator<Item = (usize, u64)> {
-    let root = kernel_root() as *const u64;
-    (0..Layout::entries(0)).filter_map(move |i| {
-        // SAFETY: the kernel PML4 is a live, identity-mapped 4 KiB table of
-        // `entries(0)` words; reading an entry has no side effects.
-        let raw = unsafe { root.add(i).read_volatile() };
-        arch_x86_64::Pml4Entry::from_raw(raw)
-            .is_present()
-            .then_some((i, raw))
-    })
-}
-
-/// Makes a zap-walker `Walker`'s root (`roots[0]`; x86_64 walkers have one)
-/// the live PML4: the identity-map entries of the kernel PML4 are copied
-/// into it (as Linux's `pgd_alloc` copies the kernel half into every new
-/// pgd) and CR3 loaded with it, then the TLB is flushed whole, global
-/// entries included (counted in [`tlb_counts`]). Returns the previous CR3
-/// for [`restore_roots`]; installations nest (the vmalloc walker stays
-/// installed while the munmap walker is installed over it).
-///
-/// While it is installed the walker's root holds entries it did not make:
-/// its `check_consistency` would count them, so run that after
-/// `restore_roots`.
-///
-/// # Safety
-/// `roots[0]` is the 4 KiB-aligned root table of a walker over [`Layout`]
-/// whose tables are reached through the identity map, mapping nothing in
-/// the identity-map slots (PML4 slot 0), and it stays allocated until the
-/// matching [`restore_roots`].
-pub unsafe fn install_roots(roots: &[PhysAddr]) -> u64 {
-    assert!(
-        roots.len() == 1,
-        "install_roots: x86_64 walkers have one root, got {}",
-        roots.len()
-    );
-    let root = roots[0].as_u64();
-    for (i, raw) in identity_slots() {
-        let slot = (root as *mut u64).wrapping_add(i);
-        // SAFETY: `root` is a walker root table (caller), identity-mapped;
-        // slot `i` is inside it. The walker maps nothing there (checked), and
-        // runs on this CPU only, not concurrently with us.
-        unsafe {
-            assert!(
-                slot.read() == 0,
-                "install_roots: the walker maps PML4 slot {i}"
-            );
-            slot.write(raw);
-        }
-    }
-    let token = paging::read_cr3();
-    // SAFETY: `root` now maps the kernel exactly as the kernel PML4 does,
-    // and the rest is the walker's (caller).
-    unsafe { paging::write_cr3(root) };
-    tlb().flush_all();
-    token
-}
-
-/// Undoes the last [`install_roots`]: CR3 back to `token`, the copied
-/// identity entries removed from the root that was live (so the walker can
-/// check and free its tables), then the TLB flushed whole: the walker's
-/// global translations must not outlive its installation.
-///
-/// # Safety
-/// `token` came from the matching, most recent [`install_roots`], whose
-/// root is still allocated.
-pub unsafe fn restore_roots(token: u64) {
-    let uninstalled = paging::read_cr3();
-    // SAFETY: `token` was the live PML4 before (the caller), which maps the
-    // kernel.
-    unsafe { paging::write_cr3(token) };
-    if uninstalled != kernel_root() && uninstalled != token {
-        for (i, _) in identity_slots() {
-            // SAFETY: the root is still allocated (the caller) and no longer
-            // live; these are the slots `install_roots` filled.
-            unsafe { (uninstalled as *mut u64).wrapping_add(i).write(0) };
-        }
-    }
-    tlb().flush_all();
 }
 
 /// `core::fmt::Write` to COM1, for this module's own messages.
@@ -202,7 +121,7 @@ extern "C" fn x86_64_start(start_info: u32) -> ! {
     let _ = writeln!(
         Serial,
         "x86_64: PVH boot, kernel PML4 at {:#x} ({} table pages), RAM map from {}, free RAM [{:#x}, {:#x}), full flush by {:?}",
-        kernel_root(),
+        kernel_root(0).as_u64(),
         paging::TABLE_PAGES.load(Ordering::Relaxed),
         if ram.from_start_info {
             "start info"

@@ -16,8 +16,8 @@
 //! | the page below each stack | unmapped (guard) |
 //!
 //! Nothing else is mapped: the 16550 and `isa-debug-exit` are I/O ports,
-//! and the vmalloc window belongs to vmap-lazy's walker (`mod.rs`,
-//! `install_roots`). Table pages come from a bump allocator right after the
+//! and vmap-lazy maps the vmalloc window into this same PML4
+//! (`Vmalloc::attach`, `kernel/vmalloc_loop.rs`). Table pages come from a bump allocator right after the
 //! image; [`free_ram`](super::free_ram) starts where it stopped.
 
 use super::pvh::RamMap;

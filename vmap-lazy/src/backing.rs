@@ -1,25 +1,17 @@
 //! `VmallocMem`: the OS's frame source and direct map, as vmalloc uses them.
 //!
-//! An adapter over the caller's [`FrameSource`] + [`PhysMap`]. zap-walker
-//! returns every frame it unmaps to its frame source; that is right for
-//! `vfree` (vmalloc owns the backing frames) but wrong for `vunmap`, whose
-//! frames belong to the caller of `vmap`. While vmap-lazy zaps a `vmap` area
-//! it switches this adapter to keep frees ([`set_keep_frees`]), so the frames
-//! stay the caller's. The mode is the page-table lock holder's: vmalloc's own
-//! frees outside that lock (unwinding a failed `vmalloc`) bypass it
-//! ([`free_owned`]), or a `vunmap` running on another CPU would drop them.
-//! It also counts the bytes it hands out, for leak checks.
-//!
-//! [`set_keep_frees`]: VmallocMem::set_keep_frees
-//! [`free_owned`]: VmallocMem::free_owned
+//! An adapter over the caller's [`FrameSource`] + [`PhysMap`] that counts
+//! the bytes it hands out, for leak checks. It has no modes: every free
+//! through it returns memory vmalloc owns. Frames vmalloc was lent (a
+//! `vmap` of the caller's pages) never reach it: `vunmap` zaps them into a
+//! [`Lent`](zap_walker::Lent) sink, for that one call.
 
 use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
-/// A frame source + direct map that can keep the frees of a `vunmap`.
+/// The OS's frame source + direct map, counting what vmalloc holds.
 pub struct VmallocMem<'m, M: FrameSource + PhysMap + ?Sized> {
     mem: &'m M,
-    keep_frees: AtomicBool,
     bytes_out: AtomicU64,
 }
 
@@ -36,7 +28,6 @@ impl<'m, M: FrameSource + PhysMap + ?Sized> VmallocMem<'m, M> {
     pub const fn new(mem: &'m M) -> Self {
         Self {
             mem,
-            keep_frees: AtomicBool::new(false),
             bytes_out: AtomicU64::new(0),
         }
     }
@@ -51,34 +42,14 @@ impl<'m, M: FrameSource + PhysMap + ?Sized> VmallocMem<'m, M> {
     pub fn bytes_out(&self) -> u64 {
         self.bytes_out.load(Ordering::Relaxed)
     }
-
-    /// While on, frees are accepted and dropped (the frames are the
-    /// caller's). Only the holder of the page-table lock switches it, and it
-    /// is meant only for the walker's frees under that lock: any other free
-    /// made meanwhile (from another CPU, without the lock) would be dropped
-    /// too, so those use [`free_owned`](Self::free_owned).
-    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
-    pub(crate) fn set_keep_frees(&self, on: bool) {
-        self.keep_frees.store(on, Ordering::Relaxed);
-    }
-
-    /// Returns a frame vmalloc took and owns (the unwinding of a failed
-    /// vmalloc), whatever a concurrent `vunmap` has set: the keep-frees
-    /// mode belongs to the page-table lock holder, not to this caller.
-    pub(crate) fn free_owned(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
-        self.mem.free(addr, size)?;
-        self.bytes_out.fetch_sub(size, Ordering::Relaxed);
-        Ok(())
-    }
 }
 
 impl<M: FrameSource + PhysMap + ?Sized> VmallocMem<'_, M> {
-    /// Returns frames of `size` bytes vmalloc owns (a frame cache's spill or
-    /// drain) with one `free_many` per 16 frames, whatever a concurrent
-    /// `vunmap` has set, as [`free_owned`](Self::free_owned). A frame the
-    /// source refuses stays counted as out, so leak checks see it.
+    /// Returns frames of `size` bytes vmalloc owns (a vfree's, a frame
+    /// cache's spill or drain) with one `free_many` per 16 frames. A frame
+    /// the source refuses stays counted as out, so leak checks see it.
     #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
-    pub(crate) fn free_many_owned(&self, frames: &[PhysAddr], size: u64) {
+    pub(crate) fn free_frames(&self, frames: &[PhysAddr], size: u64) {
         // 16 at a time: a vfree's frames in one call, and a buffer small
         // enough to set up inline (64 entries cost a 1 KiB memset per call).
         for chunk in frames.chunks(16) {
@@ -113,16 +84,12 @@ impl<M: FrameSource + PhysMap + ?Sized> FrameSource for VmallocMem<'_, M> {
     }
 
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
-        if self.keep_frees.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        self.free_owned(addr, size)
+        self.mem.free(addr, size)?;
+        self.bytes_out.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
     }
 
     fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
-        if self.keep_frees.load(Ordering::Relaxed) {
-            return;
-        }
         let mut returned: u64 = ranges.iter().map(|r| r.1).sum();
         self.mem.free_many(ranges, &mut |addr, e| {
             // Rare: find what was refused so it stays counted as out.

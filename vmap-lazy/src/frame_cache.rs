@@ -14,9 +14,8 @@
 //! tables, as the leak checks expect; a shortage drains them too, through
 //! the purge the retry runs first.
 //!
-//! Frames enter and leave a cache outside the page-table lock, so they go
-//! back to the source with [`VmallocMem::free_many_owned`], which ignores a
-//! concurrent `vunmap`'s keep-frees mode.
+//! Frames enter and leave a cache outside the page-table lock; they go back
+//! to the source with [`VmallocMem::free_frames`].
 
 use crate::backing::VmallocMem;
 use arch_api::sync::{Mutex, RawMutex};
@@ -98,7 +97,7 @@ impl<R: RawMutex> FrameCache<R> {
         for &f in frames {
             if m.n == CACHE_CAP {
                 let keep = CACHE_BATCH;
-                mem.free_many_owned(&m.frames[keep..], size);
+                mem.free_frames(&m.frames[keep..], size);
                 m.n = keep;
             }
             let n = m.n;
@@ -116,7 +115,7 @@ impl<R: RawMutex> FrameCache<R> {
         let mut m = self.mag.lock();
         let n = m.n;
         if n != 0 {
-            mem.free_many_owned(&m.frames[..n], size);
+            mem.free_frames(&m.frames[..n], size);
             m.n = 0;
         }
     }

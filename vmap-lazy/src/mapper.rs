@@ -15,7 +15,7 @@ use crate::frame_cache::FrameCache;
 use alloc::vec::Vec;
 use arch_api::sync::{Mutex, RawMutex};
 use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, TlbFlush, VirtAddr};
-use zap_walker::{Frames, Gather, LeafPath, Translation, Unbounded, WalkError, Walker};
+use zap_walker::{Frames, Gather, LeafPath, Lent, Translation, Unbounded, WalkError, Walker};
 
 /// The flush of a `vfree`, deferred: the gather's flush does nothing here
 /// because `purge_vmap_area_lazy` flushes the range later, once for every
@@ -106,10 +106,7 @@ where
         self.mem
             .alloc_many(L::PAGE_SIZE, L::PAGE_SIZE, frames)
             .map_err(VmallocError::OutOfFrames)?;
-        // Not back through `FrameSource::free`: the frames were taken
-        // before the page-table lock, so a `vunmap` on another CPU may have
-        // the adapter keeping frees meanwhile, and they would be dropped.
-        self.map_fresh(va, frames, |f| self.mem.free_many_owned(f, L::PAGE_SIZE))
+        self.map_fresh(va, frames, |f| self.mem.free_frames(f, L::PAGE_SIZE))
     }
 
     /// Maps the frames just taken for a fresh vmalloc area (one owner) at
@@ -185,7 +182,8 @@ where
     }
 
     /// Clears the entries of `[start, end)` without flushing the TLB; the
-    /// frames go back to the source unless `keep_frames`.
+    /// frames go back to the source unless `keep_frames` (they were lent:
+    /// a `vmap` of the caller's pages).
     pub(crate) fn unmap_noflush(
         &self,
         start: VirtAddr,
@@ -202,14 +200,21 @@ where
             let mut frames = [PhysAddr::new(0); STACK_FRAMES];
             if let Some(n) = self.zap_leaves(start, end, &mut frames) {
                 drop(pt);
-                self.mem.free_many_owned(&frames[..n], L::PAGE_SIZE);
+                self.mem.free_frames(&frames[..n], L::PAGE_SIZE);
                 return Ok(());
             }
         }
-        self.mem.set_keep_frees(keep_frames);
-        let mut gather: Gather<DeferredFlush, 64> = Gather::new(DeferredFlush);
-        let r = pt.zap_range(start, end, &mut Unbounded::new(L::PAGE_SIZE), &mut gather);
-        self.mem.set_keep_frees(false);
+        // Who owns the frames is this call's to say: vmalloc's go back to
+        // the source, a `vmap` caller's stay the caller's.
+        let budget = &mut Unbounded::new(L::PAGE_SIZE);
+        let r = if keep_frames {
+            let mut gather: Gather<DeferredFlush, 64, Lent> =
+                Gather::with_sink(DeferredFlush, Lent);
+            pt.zap_range(start, end, budget, &mut gather)
+        } else {
+            let mut gather: Gather<DeferredFlush, 64> = Gather::new(DeferredFlush);
+            pt.zap_range(start, end, budget, &mut gather)
+        };
         r.map(|_| ()).map_err(VmallocError::Unmap)
     }
 
@@ -245,7 +250,12 @@ where
         end: VirtAddr,
         frames: &mut [PhysAddr; STACK_FRAMES],
     ) -> Option<usize> {
-        self.leaf?.zap(start, end, frames)
+        let cleared = self.leaf?.zap(start, end, frames)?;
+        let n = cleared.frames();
+        // The flush is the lazy purge's: the area stays reserved until one
+        // flush of the union of every lazy range.
+        let _ = cleared.defer();
+        Some(n)
     }
 
     /// Returns the frames `cache` holds to the frame source.

@@ -1,12 +1,14 @@
 //! A vmalloc that runs out of frames while another CPU is inside `vunmap`
 //! must still return the frames it took.
 //!
-//! `vunmap` zaps with the frame adapter keeping frees (the frames are the
-//! caller's); that mode is switched on under the page-table lock. A failed
-//! vmalloc returns its partly allocated backing frames without that lock, so
-//! it must not go through the mode: it did, and those frames were dropped for
-//! good whenever a `vunmap` zap ran at the same moment (the soak's "frames
-//! still out after the final purge" once its frame arena filled up).
+//! A regression test: `vunmap` used to zap with the shared frame adapter
+//! switched to keep frees (the frames are the caller's), under the
+//! page-table lock; a failed vmalloc returning its partly allocated frames
+//! without that lock went through the same adapter, and those frames were
+//! dropped for good whenever a `vunmap` zap ran at that moment (the soak's
+//! "frames still out after the final purge" once its frame arena filled
+//! up). Now `vunmap` hands its frames to a `Lent` sink for that one zap and
+//! the adapter has no mode, but the interleaving stays tested.
 //!
 //! The interleaving is forced, not hoped for: the frame source parks the
 //! `vunmap` thread in the middle of its zap (in the direct-map lookup of a

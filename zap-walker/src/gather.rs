@@ -6,9 +6,15 @@
 //! clears entries, records the frames and table pages here, and only when a
 //! batch ends (the buffer is full, the budget forces a lock break, or the zap
 //! is done) does the gather flush what it touched, once, and then the
-//! walker frees the batch, frames in one [`FrameSource::free_many`] call
-//! (one lock round trip, as Linux's `release_pages`). Order: clear entries,
-//! flush, free — never free before the flush.
+//! walker hands the batch on: table pages to itself (its stock or its frame
+//! source), frames to the gather's [`FrameSink`]. The default sink,
+//! [`FreeToSource`], returns them to the walker's frame source in one
+//! [`FrameSource::free_many`] call (one lock round trip, as Linux's
+//! `release_pages`): the walker owns what it mapped. A caller who lent the
+//! frames (vmalloc's `vunmap` of the caller's pages) passes [`Lent`] or a
+//! sink of its own, for that one zap: who owns a frame is decided by the
+//! call, not by a mode of the frame source. Order: clear entries, flush,
+//! hand on — never before the flush.
 //!
 //! What it touched is kept as up to [`FLUSH_RANGES`] disjoint ranges rather
 //! than one `[min, max]`: a zap whose few pages lie far apart (a sparse
@@ -58,7 +64,8 @@ pub struct GatherStats {
     pub full_flushes: u64,
     /// Extra flushes for break-before-make when a large leaf was split.
     pub split_flushes: u64,
-    /// Frames returned to the frame source (a large leaf counts once).
+    /// Frames handed on, to the frame source or the sink (a large leaf
+    /// counts once).
     pub frames_freed: u64,
     /// Bytes of those frames.
     pub frame_bytes_freed: u64,
@@ -66,10 +73,51 @@ pub struct GatherStats {
     pub tables_freed: u64,
 }
 
-/// A TLB gather over the flusher `T`, batching up to `N` frees.
+/// Where a zap's frames go once their batch is flushed (see the module
+/// docs).
+pub trait FrameSink {
+    /// The frames go back to the walker's frame source, which `take` is
+    /// then never called for (the walker batches them into
+    /// [`FrameSource::free_many`](arch_api::FrameSource::free_many)).
+    const TO_SOURCE: bool = false;
+
+    /// Takes `frames` (address and bytes of each: a page, or a whole
+    /// large-leaf block) that a zap unmapped, after the flush of their
+    /// batch. They are the sink's from now on.
+    fn take(&mut self, frames: &[(PhysAddr, u64)]);
+}
+
+/// The default [`FrameSink`]: frames go back to the walker's frame source.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FreeToSource;
+
+impl FrameSink for FreeToSource {
+    const TO_SOURCE: bool = true;
+    fn take(&mut self, _frames: &[(PhysAddr, u64)]) {}
+}
+
+/// A [`FrameSink`] for frames that were lent (mapped from pages the caller
+/// keeps owning, as `vmap` does): they stay the lender's, nothing is freed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lent;
+
+impl FrameSink for Lent {
+    fn take(&mut self, _frames: &[(PhysAddr, u64)]) {}
+}
+
+/// Any closure taking the frames of each flushed batch is a sink.
+impl<F: FnMut(&[(PhysAddr, u64)])> FrameSink for F {
+    fn take(&mut self, frames: &[(PhysAddr, u64)]) {
+        self(frames)
+    }
+}
+
+/// A TLB gather over the flusher `T`, batching up to `N` frees, handing
+/// the frames it unmaps to the sink `S`.
 #[derive(Debug)]
-pub struct Gather<T: TlbFlush, const N: usize = DEFAULT_BATCH> {
+pub struct Gather<T: TlbFlush, const N: usize = DEFAULT_BATCH, S: FrameSink = FreeToSource> {
     tlb: T,
+    pub(crate) sink: S,
     pub(crate) batch: ArrayVec<Freed, N>,
     /// Ranges touched since the last flush, `[first, last]` inclusive,
     /// sorted, disjoint and not adjacent.
@@ -79,11 +127,21 @@ pub struct Gather<T: TlbFlush, const N: usize = DEFAULT_BATCH> {
 }
 
 impl<T: TlbFlush, const N: usize> Gather<T, N> {
-    /// An empty gather flushing through `tlb`.
+    /// An empty gather flushing through `tlb`, returning frames to the
+    /// walker's frame source.
     pub fn new(tlb: T) -> Self {
+        Gather::with_sink(tlb, FreeToSource)
+    }
+}
+
+impl<T: TlbFlush, const N: usize, S: FrameSink> Gather<T, N, S> {
+    /// An empty gather flushing through `tlb`, handing the frames it
+    /// unmaps to `sink`.
+    pub fn with_sink(tlb: T, sink: S) -> Self {
         const { assert!(N > 0, "a gather needs room for at least one record") };
         Self {
             tlb,
+            sink,
             batch: ArrayVec::new(),
             ranges: ArrayVec::new(),
             freed_tables: false,
@@ -136,6 +194,11 @@ impl<T: TlbFlush, const N: usize> Gather<T, N> {
     /// The flusher back.
     pub fn into_inner(self) -> T {
         self.tlb
+    }
+
+    /// The sink.
+    pub fn sink(&mut self) -> &mut S {
+        &mut self.sink
     }
 
     /// Records that `[start, last]` had translations removed.

@@ -42,6 +42,7 @@
 
 use crate::errors::WalkError;
 use crate::translate::{Translation, translate_from};
+use crate::unflushed::Unflushed;
 use crate::walker::{TableRef, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
@@ -210,12 +211,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
 
     /// Clears the base pages of `[start, end)` if the range lies inside one
     /// existing last-level table, listing the frames they mapped in `out`
-    /// (MMIO leaves, [`MapFlags::DEVICE`], are cleared but not listed):
-    /// `Some(listed)`. The frames are the caller's now; no TLB is flushed.
-    /// Declines with `None`, changing nothing, when a table is missing, the
-    /// range crosses tables or `out` is shorter than the range's pages.
+    /// (MMIO leaves, [`MapFlags::DEVICE`], are cleared but not listed). The
+    /// frames are the caller's now, with the flush they are owed: the
+    /// returned [`Unflushed`] (no TLB was flushed). Declines with `None`,
+    /// changing nothing, when a table is missing, the range crosses tables
+    /// or `out` is shorter than the range's pages.
     #[inline]
-    pub fn zap(&self, start: VirtAddr, end: VirtAddr, out: &mut [PhysAddr]) -> Option<usize> {
+    pub fn zap(&self, start: VirtAddr, end: VirtAddr, out: &mut [PhysAddr]) -> Option<Unflushed> {
         let (s, e) = (start.as_u64(), end.as_u64());
         let leaves = self.leaf_table(s, e)?;
         let ps = L::PAGE_SIZE;
@@ -233,7 +235,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> LeafPath<'_, L, M> {
                 listed += 1;
             }
         }
-        Some(listed)
+        Some(Unflushed::new(start, end, listed))
     }
 
     /// What `va` translates to, as [`Walker::translate`], without the lock.

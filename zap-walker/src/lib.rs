@@ -81,6 +81,7 @@ mod stats;
 mod stock;
 mod sync;
 mod translate;
+mod unflushed;
 mod walker;
 mod zap;
 mod zap_pte;
@@ -91,9 +92,10 @@ pub use budget::{
     ZAP_BLOCK_PAGES_PREEMPT, ZapBudget,
 };
 pub use errors::WalkError;
-pub use gather::{DEFAULT_BATCH, Gather, GatherStats};
+pub use gather::{DEFAULT_BATCH, FrameSink, FreeToSource, Gather, GatherStats, Lent};
 pub use leaf_path::LeafPath;
 pub use map::{Frames, MapHint};
 pub use stats::WalkStats;
 pub use translate::Translation;
+pub use unflushed::Unflushed;
 pub use walker::{MAX_LEVELS, Walker};

@@ -19,7 +19,7 @@
 
 use crate::budget::{BreakInfo, ZapBudget};
 use crate::errors::WalkError;
-use crate::gather::{Freed, FreedKind, Gather};
+use crate::gather::{FrameSink, Freed, FreedKind, Gather};
 use crate::stats::WalkStats;
 use crate::walker::{TableRef, UNCOUNTED, Walker};
 use arch_api::{
@@ -30,16 +30,17 @@ use arrayvec::ArrayVec;
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Unmaps `[start, end)`: clears every leaf in it (splitting a large
-    /// leaf the range covers only in part), frees the frames and any table
-    /// page that became empty through `gather` (flush first), and breaks as
-    /// `budget` decides. Returns the counters of this call. The gather is
+    /// leaf the range covers only in part), hands the frames to `gather`'s
+    /// sink (by default: back to the frame source) and frees any table page
+    /// it allocated that became empty, each after the gather's flush, and
+    /// breaks as `budget` decides. Returns the counters of this call. The gather is
     /// finished (nothing pending) when this returns, error or not.
-    pub fn zap_range<B: ZapBudget, T: TlbFlush, const N: usize>(
+    pub fn zap_range<B: ZapBudget, T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         start: VirtAddr,
         end: VirtAddr,
         budget: &mut B,
-        gather: &mut Gather<T, N>,
+        gather: &mut Gather<T, N, S>,
     ) -> Result<WalkStats, WalkError> {
         let (s, e) = (start.as_u64(), end.as_u64());
         self.check_range(s, e)?;
@@ -116,7 +117,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// the table's span); `live` is `t`'s count of present entries. Returns
     /// the address reached: `end`, or less when the budget ran out.
     #[allow(clippy::too_many_arguments)]
-    fn zap_table<B: ZapBudget, T: TlbFlush, const N: usize>(
+    fn zap_table<B: ZapBudget, T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         level: usize,
         t: TableRef,
@@ -124,7 +125,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         end: u64,
         live: &mut u64,
         budget: &mut B,
-        g: &mut Gather<T, N>,
+        g: &mut Gather<T, N, S>,
     ) -> Result<u64, WalkError> {
         let last = L::LEVELS - 1;
         if level == last && level > 0 {
@@ -180,7 +181,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Zaps `[addr, next)` in the child table behind entry `idx` of `t`, then
     /// unlinks and queues the child if it became empty.
     #[allow(clippy::too_many_arguments)]
-    fn descend<B: ZapBudget, T: TlbFlush, const N: usize>(
+    fn descend<B: ZapBudget, T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,
         idx: usize,
@@ -190,7 +191,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         next: u64,
         live: &mut u64,
         budget: &mut B,
-        g: &mut Gather<T, N>,
+        g: &mut Gather<T, N, S>,
     ) -> Result<u64, WalkError> {
         let child = self.table(child_pa, level + 1);
         let span = L::entry_span(level);
@@ -242,14 +243,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     /// Clears the leaf at `idx` and queues its frame.
     #[inline]
-    fn clear_leaf<T: TlbFlush, const N: usize>(
+    fn clear_leaf<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,
         idx: usize,
         level: usize,
         addr: u64,
         live: &mut u64,
-        g: &mut Gather<T, N>,
+        g: &mut Gather<T, N, S>,
     ) {
         // The swap returns the entry as the MMU left it (A/D bits included).
         let old = L::Entry::from_raw(t.swap(idx, L::Entry::EMPTY.raw()));
@@ -274,14 +275,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// leaves mapping the same frames. Break-before-make: the leaf is cleared
     /// and its range flushed before the table is linked, as arm64 requires
     /// when the size of a live translation changes.
-    fn split_leaf<T: TlbFlush, const N: usize>(
+    fn split_leaf<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,
         idx: usize,
         level: usize,
         e: L::Entry,
         addr: u64,
-        g: &mut Gather<T, N>,
+        g: &mut Gather<T, N, S>,
     ) -> Result<PhysAddr, WalkError> {
         let span = L::entry_span(level);
         let block = addr & !(span - 1);
@@ -317,7 +318,11 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Queues a record, finishing the batch first when the buffer is full
     /// (Linux's `tlb_flush_mmu` when a batch page fills).
     #[inline]
-    fn gather_push<T: TlbFlush, const N: usize>(&mut self, g: &mut Gather<T, N>, f: Freed) {
+    fn gather_push<T: TlbFlush, const N: usize, S: FrameSink>(
+        &mut self,
+        g: &mut Gather<T, N, S>,
+        f: Freed,
+    ) {
         if let Err(f) = g.push(f) {
             self.finish_gather(g);
             // Cannot fail: the batch is empty and holds at least one record.
@@ -327,13 +332,16 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     /// Ends a batch: one flush of the range touched, then the frees. A free
     /// the source refuses is remembered and reported by `zap_range`.
-    pub(crate) fn finish_gather<T: TlbFlush, const N: usize>(&mut self, g: &mut Gather<T, N>) {
+    pub(crate) fn finish_gather<T: TlbFlush, const N: usize, S: FrameSink>(
+        &mut self,
+        g: &mut Gather<T, N, S>,
+    ) {
         if g.is_empty() {
             return;
         }
         g.flush(L::PAGE_SIZE);
-        // Frames go back in chunks through one `free_many` each; tables go
-        // to the stock (or the source) one by one.
+        // Frames go on in chunks (one `free_many` each, or to the sink);
+        // tables go to the stock (or the source) one by one.
         const CHUNK: usize = 64;
         let mut frames = ArrayVec::<(PhysAddr, u64), CHUNK>::new();
         for f in g.batch.drain(..) {
@@ -342,7 +350,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     g.stats.frames_freed += 1;
                     g.stats.frame_bytes_freed += f.size;
                     if frames.is_full() {
-                        self.free_frames(&mut frames);
+                        self.hand_on(&mut frames, &mut g.sink);
                     }
                     frames.push((f.addr, f.size));
                 }
@@ -358,18 +366,26 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             }
         }
         if !frames.is_empty() {
-            self.free_frames(&mut frames);
+            self.hand_on(&mut frames, &mut g.sink);
         }
         g.stats.batches += 1;
     }
 
-    /// Returns a chunk of frames to the source; the first refusal is kept
-    /// for `zap_range` to report.
-    fn free_frames<const C: usize>(&mut self, frames: &mut ArrayVec<(PhysAddr, u64), C>) {
-        let free_error = &mut self.free_error;
-        self.mem.free_many(frames, &mut |frame, error| {
-            free_error.get_or_insert(WalkError::FreeFailed { frame, error });
-        });
+    /// Hands a chunk of flushed frames to `sink`, or returns them to the
+    /// source (the first refusal is kept for `zap_range` to report).
+    fn hand_on<const C: usize, S: FrameSink>(
+        &mut self,
+        frames: &mut ArrayVec<(PhysAddr, u64), C>,
+        sink: &mut S,
+    ) {
+        if S::TO_SOURCE {
+            let free_error = &mut self.free_error;
+            self.mem.free_many(frames, &mut |frame, error| {
+                free_error.get_or_insert(WalkError::FreeFailed { frame, error });
+            });
+        } else {
+            sink.take(frames);
+        }
         frames.clear();
     }
 }

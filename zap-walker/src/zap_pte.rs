@@ -14,7 +14,7 @@
 
 use crate::budget::ZapBudget;
 use crate::errors::WalkError;
-use crate::gather::{Freed, FreedKind, Gather};
+use crate::gather::{FrameSink, Freed, FreedKind, Gather};
 use crate::walker::{TableRef, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysMap, TlbFlush, VirtAddr,
@@ -25,14 +25,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// than the table's span); `live` is `t`'s count of present entries.
     /// Returns the address reached, as `zap_table` does.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn zap_pte_range<B: ZapBudget, T: TlbFlush, const N: usize>(
+    pub(crate) fn zap_pte_range<B: ZapBudget, T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,
         mut addr: u64,
         end: u64,
         live: &mut u64,
         budget: &mut B,
-        g: &mut Gather<T, N>,
+        g: &mut Gather<T, N, S>,
     ) -> Result<u64, WalkError> {
         let level = L::LEVELS - 1;
         let ps = L::PAGE_SIZE;

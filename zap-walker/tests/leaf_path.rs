@@ -72,10 +72,20 @@ fn basics<L: PageTableLayout>() {
         None,
         "out too short"
     );
-    // Zap: the frames come back to the caller, the counts stay exact.
-    assert_eq!(lp.zap(va(base), va(base + 3 * ps), &mut out), Some(3));
+    // Zap: the frames come back to the caller with the flush they are
+    // owed; the counts stay exact.
+    t.tlb.touch_range(1, va(base), va(base + 3 * ps));
+    let cleared = lp.zap(va(base), va(base + 3 * ps), &mut out).unwrap();
+    assert_eq!(cleared.frames(), 3);
+    assert_eq!(cleared.range(), (va(base), va(base + 3 * ps)));
     assert_eq!(&out[..3], &f[..]);
     assert_eq!(lp.translate(va(base)), None);
+    assert!(
+        t.tlb.may_hold(va(base), va(base + 3 * ps)),
+        "not flushed yet"
+    );
+    cleared.flush(&t.tlb.on(0), ps);
+    assert!(!t.tlb.may_hold(va(base), va(base + 3 * ps)), "flushed");
     w.check_consistency().unwrap();
     // The locked zap of the last page leaves the table: pinned.
     zap_locked(&mut w, &t, tail, tail + ps);
@@ -118,7 +128,10 @@ fn concurrent<L: PageTableLayout>() {
                 for _ in 0..rounds {
                     assert_eq!(lp.map(va(a), &f, MapFlags::WRITE), Ok(true));
                     assert_eq!(lp.translate(va(a + ps)).unwrap().frame, f[1]);
-                    assert_eq!(lp.zap(va(a), va(a + 2 * ps), &mut out), Some(2));
+                    assert_eq!(
+                        lp.zap(va(a), va(a + 2 * ps), &mut out).map(|u| u.frames()),
+                        Some(2)
+                    );
                     assert_eq!(out, f);
                 }
                 f.into_iter().for_each(|f| t.give_back(f));

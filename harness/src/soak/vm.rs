@@ -256,7 +256,8 @@ impl VmSoak {
                     // only by `finish`: its areas pile up until the arena
                     // runs dry, so the soak also runs every OutOfFrames
                     // unwind against concurrent frees. Keep that: it is how
-                    // the vunmap keep-frees leak (backing.rs) showed up.
+                    // the old vunmap keep-frees leak showed up (a shared
+                    // free mode, since replaced by a per-call `Lent` sink).
                     let other = rng.below(self.cpus as u64) as usize;
                     if !matches!(h, Held::Ram(..)) {
                         self.inbox[other]

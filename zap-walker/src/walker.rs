@@ -102,6 +102,20 @@ pub(crate) struct Count {
     moves: u64,
     /// The count ([`UNCOUNTED`] when the table keeps none).
     pub(crate) n: u64,
+    /// Whether the walker allocated the table.
+    ours: bool,
+}
+
+impl Count {
+    /// Splits the stored value (count and [`OURS`]) into `n` and `ours`.
+    #[inline]
+    fn split(mut self) -> Self {
+        if self.slot.is_some() {
+            self.ours = self.n & OURS != 0;
+            self.n &= !OURS;
+        }
+        self
+    }
 }
 
 /// A table page as the walker sees it: its entries, read by the MMU too.
@@ -536,9 +550,11 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         Ok(Count {
             pa,
             slot,
+            ours: false,
             moves: self.counts.moves(),
-            n: slot.map_or(UNCOUNTED, |i| self.counts.value(i) & !OURS),
-        })
+            n: slot.map_or(UNCOUNTED, |i| self.counts.value(i)),
+        }
+        .split())
     }
 
     /// The slot of `c` now (found again if members moved since).
@@ -557,8 +573,8 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     #[inline]
     pub(crate) fn store_count(&mut self, c: &Count, n: u64) {
         if let Some(i) = self.slot(c) {
-            let v = self.counts.value(i);
-            self.counts.set_value(i, (v & OURS) | n);
+            let ours = if c.ours { OURS } else { 0 };
+            self.counts.set_value(i, ours | n);
         }
     }
 
@@ -584,12 +600,15 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
             return false;
         }
+        if !c.ours {
+            return false;
+        }
         match self.slot(c) {
-            Some(i) if self.counts.value(i) & OURS != 0 => {
+            Some(i) => {
                 self.counts.remove_at(i);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 

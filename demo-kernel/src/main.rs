@@ -13,6 +13,11 @@
 //! On a hosted target this file compiles to a stub `main`, so the workspace's
 //! host builds, tests and lints keep working.
 //!
+//! What an OS implements to embed the crates, walked through on this kernel's
+//! glue (`frames.rs`, `cpu.rs`, `tlb.rs`, `kernel_root`), with its line count:
+//! `EMBEDDING.md` at the workspace root. Below is only the contract between
+//! this kernel's shared part and its two arch modules.
+//!
 //! # The arch-module contract
 //!
 //! `aarch64/mod.rs` and `x86_64/mod.rs` each provide, as `crate::arch`:

@@ -17,10 +17,10 @@
 //! store after the table was zeroed, and read with an acquire load, so a
 //! concurrent software walker never sees the old contents of a recycled page.
 //!
-//! The atomic type comes from the [`arch_api::sync`] shim: under `--cfg
-//! loom` it is loom's, and table memory must then be loom atomics (see
-//! `tests/loom_common`), so one source is both the shipped code and the
-//! model.
+//! The atomic type comes from the crate's private loom shim (`sync.rs`):
+//! under the family's `--cfg kmm_loom` it is loom's, and table memory must
+//! then be loom atomics (see `tests/loom_common`), so one source is both the
+//! shipped code and the model.
 //!
 //! # Live counts, beside the tables
 //!
@@ -58,6 +58,10 @@
 //! * The walker frees only tables it allocated itself and whose whole span
 //!   lies inside the window; the root and every table it was given stay.
 //!   Dropping an attached walker leaves the tree as it is.
+//! * A zap hands every frame it unmaps (but `MapFlags::DEVICE` leaves) to
+//!   its gather's [`FrameSink`](crate::FrameSink): the frame source by
+//!   default. If the window holds pages other code mapped from memory that
+//!   is not the source's, zap them with a sink that knows where they go.
 //!
 //! # Two roots when the halves alias
 //!

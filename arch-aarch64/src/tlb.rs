@@ -150,6 +150,14 @@ mod bare_metal {
     }
 
     impl<G: Granule> TlbFlush for Aarch64Tlb<G> {
+        /// `dsb ishst; isb` (Arm ARM D8.2.6 "Ordering of translation table
+        /// updates": the walk may otherwise miss the store).
+        fn sync_new_entries(&self) {
+            dsb_ishst();
+            // SAFETY: a context synchronization barrier; no memory effects.
+            unsafe { asm!("isb", options(nostack, preserves_flags)) }
+        }
+
         fn flush_page(&self, va: VirtAddr) {
             dsb_ishst();
             tlbi_vae1is(tlbi_va_operand::<G>(va));

@@ -21,6 +21,14 @@ pub trait TlbFlush {
     /// Invalidates every (including global) translation.
     fn flush_all(&self);
 
+    /// Makes valid entries just written over invalid ones visible to the
+    /// table walker before their addresses are used (Linux arm64's
+    /// `dsb(ishst); isb()` after setting a kernel PTE: the walk is not
+    /// ordered with earlier stores otherwise). No invalidation is needed:
+    /// invalid entries are not cached. The default does nothing, which is
+    /// right where page-table stores are ordered with later walks (x86).
+    fn sync_new_entries(&self) {}
+
     /// Above this many pages, [`flush_range`](Self::flush_range) flushes everything.
     fn flush_ceiling_pages(&self) -> u64 {
         DEFAULT_FLUSH_CEILING_PAGES

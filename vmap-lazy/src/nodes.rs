@@ -261,6 +261,7 @@ where
             let _ = self.nodes.free_area(&area);
             return Err(e);
         }
+        self.tlb.sync_new_entries();
         self.publish(&area, pages, "vmalloc", AreaKind::Vmalloc);
         Ok(area.va_start)
     }
@@ -287,6 +288,7 @@ where
                 let _ = self.nodes.free_area(&area);
                 return Err(e);
             }
+            self.tlb.sync_new_entries();
             self.publish(&area, pages, "vmap", AreaKind::Vmap);
             Ok(area.va_start)
         })
@@ -334,7 +336,9 @@ where
             },
             |va| {
                 self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
-                self.map.map_frames(va, frames, flags)
+                self.map.map_frames(va, frames, flags)?;
+                self.tlb.sync_new_entries();
+                Ok(())
             },
         )
     }
@@ -592,6 +596,14 @@ where
             s.frees += p.frees.load(Ordering::Relaxed);
         }
         s
+    }
+
+    /// `vmalloc_to_page`: the physical address `va` maps to now (offset
+    /// within the page included), or `None` if nothing maps it. A kernel
+    /// reads an area's frames with it (to build a scatter list, to reach a
+    /// page through its direct map).
+    pub fn vmalloc_to_phys(&self, va: VirtAddr) -> Option<PhysAddr> {
+        self.map.translate(va).map(|t| t.phys)
     }
 
     /// Page-table bytes held.

@@ -251,6 +251,7 @@ where
             self.unreserve(va);
             return Err(e);
         }
+        self.tlb.sync_new_entries();
         self.publish(va, pages, caller, AreaKind::Vmalloc);
         Ok(va)
     }
@@ -285,6 +286,7 @@ where
                 self.unreserve(va);
                 return Err(e);
             }
+            self.tlb.sync_new_entries();
             self.publish(va, pages, "vmap", AreaKind::Vmap);
             Ok(va)
         })
@@ -469,7 +471,9 @@ where
             },
             |va| {
                 self.check.on_alloc(va, VirtAddr::new(va.as_u64() + n * ps));
-                self.map.map_frames(va, frames, flags)
+                self.map.map_frames(va, frames, flags)?;
+                self.tlb.sync_new_entries();
+                Ok(())
             },
         )
     }
@@ -552,6 +556,14 @@ where
     pub fn stats(&self) -> VmallocStats {
         self.counters
             .snapshot(self.cfg.cpus, self.lazy.nr(), self.lazy.underflows())
+    }
+
+    /// `vmalloc_to_page`: the physical address `va` maps to now (offset
+    /// within the page included), or `None` if nothing maps it. A kernel
+    /// reads an area's frames with it (to build a scatter list, to reach a
+    /// page through its direct map).
+    pub fn vmalloc_to_phys(&self, va: VirtAddr) -> Option<PhysAddr> {
+        self.map.translate(va).map(|t| t.phys)
     }
 
     /// Page-table bytes held (never freed: kernel tables persist).

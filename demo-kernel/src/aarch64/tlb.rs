@@ -32,6 +32,10 @@ pub(super) fn count_full() {
 }
 
 impl TlbFlush for Tlb {
+    fn sync_new_entries(&self) {
+        self.0.sync_new_entries();
+    }
+
     fn flush_page(&self, va: VirtAddr) {
         PAGE_OPS.fetch_add(1, Relaxed);
         self.0.flush_page(va);

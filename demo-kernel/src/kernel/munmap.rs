@@ -67,8 +67,8 @@ pub fn run() {
         *slot = (va, frame);
     }
     // The entries are in the live table already; make them visible to the
-    // table walker before the first touch (on arm64 the flush's `dsb`).
-    arch_api::TlbFlush::flush_all(&arch::tlb());
+    // table walker before the first touch (arm64: `dsb ishst; isb`).
+    arch_api::TlbFlush::sync_new_entries(&arch::tlb());
 
     let mut bad = 0u64;
     for (k, &(va, frame)) in placed.iter().enumerate() {

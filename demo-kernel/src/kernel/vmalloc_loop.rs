@@ -111,7 +111,8 @@ pub fn run() -> KernelVmalloc {
         format_args!("vmalloc-loop: fewer TLBIs than flush events"),
     );
     check(
-        vm.translate(VirtAddr::new(arch::VMALLOC_START)).is_none(),
+        vm.vmalloc_to_phys(VirtAddr::new(arch::VMALLOC_START))
+            .is_none(),
         format_args!("vmalloc-loop: the window is still mapped"),
     );
     small_purge(&vm);
@@ -134,8 +135,8 @@ fn touch(vm: &KernelVmalloc, va: VirtAddr, i: u64) -> u64 {
             (word as *mut u64).write_volatile(tag);
             (word as *const u64).read_volatile()
         };
-        let through_direct_map = vm.translate(VirtAddr::new(word)).map(|t| {
-            let p = crate::frames::Frames.phys_to_ptr(t.phys) as *const u64;
+        let through_direct_map = vm.vmalloc_to_phys(VirtAddr::new(word)).map(|pa| {
+            let p = crate::frames::Frames.phys_to_ptr(pa) as *const u64;
             // SAFETY: the frame vmalloc maps here, identity-mapped RAM.
             unsafe { p.read_volatile() }
         });

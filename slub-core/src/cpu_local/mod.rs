@@ -33,12 +33,18 @@
 //!   hosted thread-as-CPU backend answers `Some` for a thread that owns its
 //!   slot. The sheaves fast path then skips the guard altogether.
 //! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
-//!   by code running on their own CPU (true for a normal kernel: the fast
-//!   path runs on the CPU whose cell it updates, and interrupts are the only
-//!   thing that can interleave, against which the CPU-local DW-CAS is
-//!   atomic). Then the fast path uses [`DwCas::compare_exchange_local`]
-//!   (`cmpxchg16b` without LOCK on x86_64, as `this_cpu_cmpxchg_double`).
-//!   Otherwise it uses the SMP flavour.
+//!   by code running on their own CPU. The fast path computes the cell's
+//!   address from [`current_cpu`](CpuLocal::current_cpu) and then runs the
+//!   CAS on it; unlike Linux's `%gs`-relative `this_cpu_cmpxchg_double`, the
+//!   address does not follow the task. So the claim holds only where a task
+//!   cannot move to another CPU between the two: a kernel that does not
+//!   preempt or migrate tasks running kernel code, or one whose `pin` guard
+//!   is held across the fast path (then interrupts are the only thing that
+//!   can interleave, against which the CPU-local DW-CAS is atomic). A
+//!   preemptible kernel whose tasks migrate must answer `false`. With
+//!   `true` the fast path uses [`DwCas::compare_exchange_local`]
+//!   (`cmpxchg16b` without LOCK on x86_64); with `false` the SMP flavour,
+//!   whose tid check makes a CAS that landed on another CPU's cell fail.
 //!
 //! The CAS must hit the cell of the CPU the task runs on *when the CAS
 //! executes* (on x86 Linux it is `%gs`-relative); the hosted backends model

@@ -44,7 +44,9 @@
 //!   preemptible kernel whose tasks migrate must answer `false`. With
 //!   `true` the fast path uses [`DwCas::compare_exchange_local`]
 //!   (`cmpxchg16b` without LOCK on x86_64); with `false` the SMP flavour,
-//!   whose tid check makes a CAS that landed on another CPU's cell fail.
+//!   atomic against the cell's own CPU too: a task that moved meanwhile
+//!   still updates the cell it read consistently, or fails on a changed tid
+//!   and retries.
 //!
 //! The CAS must hit the cell of the CPU the task runs on *when the CAS
 //! executes* (on x86 Linux it is `%gs`-relative); the hosted backends model

@@ -50,11 +50,15 @@
 //!   concurrently with walker calls (tables above the window are read with
 //!   atomic loads, and the walker writes only entries whose span meets the
 //!   window).
-//! * Inside the window the walker is the only writer. A table that other
-//!   code links into the window between two walker calls is counted (one
-//!   scan) the first time the walker meets it; a table or leaf that other
-//!   code clears or frees inside the window must not be (the walker would
-//!   keep a stale count): call [`Walker::rescan`] after such a change.
+//! * Inside the window the walker (and its [`LeafPath`](crate::LeafPath))
+//!   is the only writer while a walker call runs. Between two calls other
+//!   code may change entries inside the window (link or unlink a table, map
+//!   or clear a leaf) only if it calls [`Walker::rescan`] before the next
+//!   walker call: the walker's counts of the tables it changed are stale
+//!   until then, and a zap trusting a count that is too low would stop
+//!   before a present entry. ([`Walker::check_consistency`] finds such a
+//!   change.) A table the walker meets without a count, which only a
+//!   change it was not told about can produce, is counted then by one scan.
 //! * The walker frees only tables it allocated itself and whose whole span
 //!   lies inside the window; the root and every table it was given stay.
 //!   Dropping an attached walker leaves the tree as it is.
@@ -309,7 +313,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// [`PhysMap`], and so is every table linked below it inside the window.
     /// The kernel keeps the contract of the module docs: inside the window
     /// only this walker (and its [`LeafPath`](crate::LeafPath)) writes
-    /// entries, and the tables stay linked while the walker lives.
+    /// entries, but for changes followed by [`rescan`](Self::rescan) before
+    /// the next walker call, and the tables the walker relies on stay
+    /// linked while it lives.
     pub unsafe fn attach(
         mem: &'m M,
         root: PhysAddr,

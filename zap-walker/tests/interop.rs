@@ -178,6 +178,89 @@ mod x86 {
         }
     }
 
+    /// Other code may change the window between walker calls if it calls
+    /// `rescan` before the next one; a change it does not announce is
+    /// caught by `check_consistency` and repaired by `rescan`.
+    #[test]
+    fn tables_linked_by_other_code_later_and_rescan() {
+        let arena = PhysArena::new(16 << 20, PS).unwrap();
+        let root = frame(&arena);
+        // SAFETY: a fresh arena frame, zeroed: an empty PML4.
+        unsafe { arena.phys_to_ptr(root).write_bytes(0, PS as usize) };
+        let offset =
+            (arena.phys_to_ptr(PhysArena::BASE) as u64).wrapping_sub(PhysArena::BASE.as_u64());
+        let kernel = || {
+            // SAFETY: the PML4 in arena memory, mapped at `offset + pa`; the
+            // walker is not inside a call while the crate writes.
+            unsafe {
+                let l4 = &mut *(arena.phys_to_ptr(root) as *mut PageTable);
+                OffsetPageTable::new(l4, x86_64::VirtAddr::new(offset))
+            }
+        };
+        let map = |a: u64| {
+            let f = frame(&arena);
+            let page: Page<Size4KiB> = Page::containing_address(x86_64::VirtAddr::new(a));
+            let pf = PhysFrame::containing_address(x86_64::PhysAddr::new(f.as_u64()));
+            let flags = PageTableFlags::PRESENT | PageTableFlags::WRITABLE;
+            // SAFETY: a fresh frame at an address nothing maps.
+            unsafe { kernel().map_to(page, pf, flags, &mut Alloc(&arena)) }
+                .unwrap()
+                .ignore();
+            f
+        };
+        // SAFETY: an empty PML4 in arena memory.
+        let mut w =
+            unsafe { Walker::<X86_64Pml4, _>::attach(&arena, root, va(WINDOW)..va(WINDOW_END)) }
+                .unwrap();
+        // Other code links a whole new chain of tables in the window, and
+        // tells the walker.
+        let late = map(WINDOW + (7 << 21) + 3 * PS);
+        assert!(matches!(
+            w.check_consistency(),
+            Err(WalkError::Corrupt { .. })
+        ));
+        w.rescan().unwrap();
+        w.check_consistency().unwrap();
+        assert_eq!(
+            w.translate(va(WINDOW + (7 << 21) + 3 * PS)).unwrap().frame,
+            late
+        );
+        // The walker maps beside it and zaps both: the kernel's tables
+        // stay, the counts are right.
+        let mine = frame(&arena);
+        let at = WINDOW + (7 << 21) + 9 * PS;
+        w.map_range(va(at), Frames::List(&[mine]), MapFlags::WRITE)
+            .unwrap();
+        w.check_consistency().unwrap();
+        let tlb = SoftTlb::new(1, PS, Default::default());
+        let mut g: Gather<_> = Gather::new(tlb.on(0));
+        let before = arena.bytes_in_use();
+        w.zap_range(va(WINDOW), va(WINDOW_END), &mut Unbounded::new(PS), &mut g)
+            .unwrap();
+        assert_eq!(
+            before - arena.bytes_in_use(),
+            2 * PS,
+            "the two frames, no table"
+        );
+        w.check_consistency().unwrap();
+        // Against the contract: other code maps inside the window behind
+        // the walker's back. The check sees it; a rescan makes it right.
+        map(WINDOW + (7 << 21));
+        assert!(matches!(
+            w.check_consistency(),
+            Err(WalkError::Corrupt { .. })
+        ));
+        w.rescan().unwrap();
+        w.check_consistency().unwrap();
+        w.zap_range(va(WINDOW), va(WINDOW_END), &mut Unbounded::new(PS), &mut g)
+            .unwrap();
+        assert_eq!(
+            kernel().translate_addr(x86_64::VirtAddr::new(WINDOW + (7 << 21))),
+            None
+        );
+        w.check_consistency().unwrap();
+    }
+
     #[test]
     fn attach_checks_its_arguments() {
         let arena = PhysArena::new(1 << 20, PS).unwrap();

@@ -337,8 +337,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         w.roots = [root; 2];
         w.n_roots = 1;
         w.window = [start, end - 1];
-        let h = w.half(start);
-        w.root_live[h] = w.adopt_subtree(root, 0, w.table_base(start, 0))?;
+        w.rescan()?;
         Ok(w)
     }
 
@@ -669,32 +668,6 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         Ok(self.counts.insert(pa, n))
     }
 
-    /// Counts every table below `pa` inside the window (and `pa` itself
-    /// below the root); the count of `pa`.
-    fn adopt_subtree(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
-        let t = self.table(pa, level);
-        if level + 1 < L::LEVELS {
-            for i in 0..t.len() {
-                if !self.in_window(level, base, i) {
-                    continue;
-                }
-                let e = L::Entry::from_raw(t.load(i));
-                if e.kind(level) == EntryKind::Table {
-                    let child_base = self.entry_va(level, base, i);
-                    self.adopt_subtree(e.addr(), level + 1, child_base)?;
-                }
-            }
-        }
-        if level == 0 {
-            return Ok(self.scan(pa, 0, base));
-        }
-        if !self.counted(level) {
-            return Ok(UNCOUNTED);
-        }
-        let slot = self.adopt_table(pa, level, base)?;
-        Ok(self.counts.value(slot))
-    }
-
     /// Counts the window again from the tables as they are, after other code
     /// changed tables or leaves inside it (see the module docs). Tables
     /// other code unlinked are forgotten (those the walker had allocated are
@@ -702,29 +675,30 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     /// could not grow) the counts are as before.
     pub fn rescan(&mut self) -> Result<(), WalkError> {
         let old = core::mem::take(&mut self.counts);
+        let counted = self.count_roots(&old);
+        let mut stale = match counted {
+            Ok(live) => {
+                self.root_live = live;
+                old
+            }
+            Err(_) => core::mem::replace(&mut self.counts, old),
+        };
+        // Pages of this source; if it refuses them back they stay out.
+        let _ = stale.release(self.mem);
+        counted.map(|_| ())
+    }
+
+    /// The present entries of each root inside the window, counting every
+    /// table below them into the (empty) side store; whether a table is the
+    /// walker's comes from `old`.
+    fn count_roots(&mut self, old: &LiveCounts) -> Result<[u64; 2], WalkError> {
         let mut live = self.root_live;
-        let mut r = Ok(());
         for h in 0..self.n_roots {
             let va = if h == 1 { 1 << 63 } else { self.window[0] };
             let base = self.table_base(va, 0);
-            match self.rescan_subtree(&old, self.roots[h], 0, base) {
-                Ok(n) => live[self.half(va)] = n,
-                Err(e) => {
-                    r = Err(e);
-                    break;
-                }
-            }
+            live[self.half(va)] = self.rescan_subtree(old, self.roots[h], 0, base)?;
         }
-        let drop_store = if r.is_ok() {
-            self.root_live = live;
-            old
-        } else {
-            core::mem::replace(&mut self.counts, old)
-        };
-        let mut drop_store = drop_store;
-        // Pages of this source; if it refuses them back they stay out.
-        let _ = drop_store.release(self.mem);
-        r
+        Ok(live)
     }
 
     fn rescan_subtree(

@@ -417,7 +417,10 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             .args(["test", "--target", QEMU_TARGET])
             .args(package_args(&crates));
         if let Some(flags) = rustflags {
-            cmd = cmd.env("RUSTFLAGS", flags);
+            // Doc-tests are compiled by rustdoc, which reads RUSTDOCFLAGS:
+            // without the same target features, the generic code they
+            // instantiate would be assembled for the baseline (no `casp`).
+            cmd = cmd.env("RUSTFLAGS", flags).env("RUSTDOCFLAGS", flags);
         }
         cmd = cmd.env("CARGO_TARGET_DIR", target_dir);
         rows.push(Step::new(

@@ -62,6 +62,10 @@ impl PhysMap for Tracked<'_> {
 
 type V<'m> = Vmalloc<'m, L, Tracked<'m>, SoftTlbCpu<'m>>;
 
+/// Rounds per thread (few under Miri, which runs them a thousand times
+/// slower).
+const ROUNDS: usize = if cfg!(miri) { 12 } else { 400 };
+
 #[test]
 fn vunmap_and_vfree_at_once_lose_and_double_free_nothing() {
     let arena = arena(64 << 20);
@@ -83,7 +87,7 @@ fn vunmap_and_vfree_at_once_lose_and_double_free_nothing() {
         // vmap / vunmap of the caller's pages, large enough that the
         // walker's zap (not the leaf path) clears them.
         s.spawn(|| {
-            for i in 0..400usize {
+            for i in 0..ROUNDS {
                 let n = 17 + i % 31;
                 let a = v.vmap(&lent[..n], MapFlags::WRITE).unwrap();
                 v.write_byte(a, i as u8).unwrap();
@@ -94,7 +98,7 @@ fn vunmap_and_vfree_at_once_lose_and_double_free_nothing() {
         for t in 0..2u64 {
             let v = &v;
             s.spawn(move || {
-                for i in 0..400u64 {
+                for i in 0..ROUNDS as u64 {
                     let pages = if i % 2 == 0 { 1 + i % 4 } else { 20 + i % 20 };
                     let a = v.vmalloc(pages * PAGE).unwrap();
                     v.write_byte(va(a, pages - 1), t as u8).unwrap();
@@ -103,7 +107,7 @@ fn vunmap_and_vfree_at_once_lose_and_double_free_nothing() {
             });
         }
         s.spawn(|| {
-            for _ in 0..50 {
+            for _ in 0..ROUNDS / 8 {
                 v.purge_vmap_area_lazy();
                 std::thread::yield_now();
             }

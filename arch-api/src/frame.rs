@@ -75,11 +75,62 @@ pub trait FrameSource: Sync {
     }
 }
 
-/// How the kernel reaches physical memory (Linux's direct map, `__va`).
+/// How the kernel reaches physical memory (Linux's direct map: `__va` one
+/// way, `__pa` the other).
+///
+/// Both directions are needed: page tables go from the physical address in
+/// an entry to the table's memory ([`phys_to_ptr`](Self::phys_to_ptr)); a
+/// slab page is freed with only the pointer the slab allocator used
+/// ([`ptr_to_phys`](Self::ptr_to_phys)). The map is the OS's; no user guesses
+/// an offset.
 pub trait PhysMap: Sync {
-    /// A pointer through which the frame at `addr` can be read and written.
-    /// Only meaningful for addresses the matching [`FrameSource`] handed out.
+    /// A pointer through which the frame at `addr` can be read and written
+    /// (`__va`). Only meaningful for addresses the matching [`FrameSource`]
+    /// handed out.
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8;
+
+    /// The physical address `ptr` maps (`__pa`): the inverse of
+    /// [`phys_to_ptr`](Self::phys_to_ptr), so
+    /// `ptr_to_phys(phys_to_ptr(a)) == Some(a)` for every address `a` the
+    /// matching [`FrameSource`] handed out.
+    ///
+    /// `None` when `ptr` is not in the direct map. A map that can tell
+    /// cheaply says so (the slab allocator then refuses a foreign pointer
+    /// without reading its memory); one that cannot may answer `Some` for
+    /// any pointer.
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr>;
+}
+
+impl<T: PhysMap + ?Sized> PhysMap for &T {
+    #[inline]
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        (**self).phys_to_ptr(addr)
+    }
+    #[inline]
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        (**self).ptr_to_phys(ptr)
+    }
+}
+
+impl<T: FrameSource + ?Sized> FrameSource for &T {
+    #[inline]
+    fn granule(&self) -> u64 {
+        (**self).granule()
+    }
+    #[inline]
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        (**self).alloc(size, align)
+    }
+    fn alloc_many(&self, size: u64, align: u64, out: &mut [PhysAddr]) -> Result<(), FrameError> {
+        (**self).alloc_many(size, align, out)
+    }
+    #[inline]
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        (**self).free(addr, size)
+    }
+    fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
+        (**self).free_many(ranges, failed)
+    }
 }
 
 /// A linear direct map: `virt = phys + offset` (bare-metal kernels).
@@ -90,7 +141,14 @@ pub struct OffsetPhysMap {
 }
 
 impl PhysMap for OffsetPhysMap {
+    #[inline]
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         addr.as_u64().wrapping_add(self.offset) as *mut u8
+    }
+
+    /// `ptr - offset`; a linear map cannot tell a foreign pointer, so never `None`.
+    #[inline]
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        Some(PhysAddr::new((ptr as u64).wrapping_sub(self.offset)))
     }
 }

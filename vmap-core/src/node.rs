@@ -82,8 +82,8 @@ impl TreeNode {
 /// nodes is full, preferring twice that (at least 64; a table holds at most
 /// `u32::MAX - 1` nodes); while it copies, the old block is still in use. A
 /// source that cannot serve `min` returns [`FrameError::OutOfFrames`]
-/// (the space reports [`VmapError::NodePoolExhausted`]
-/// (crate::VmapError::NodePoolExhausted)).
+/// (the space reports
+/// [`VmapError::NodePoolExhausted`](crate::VmapError::NodePoolExhausted)).
 ///
 /// # When it is called
 ///

@@ -26,13 +26,15 @@ use core::ptr::NonNull;
 /// # What it must serve
 ///
 /// Every request is a whole number of granules
-/// ([`FrameSource::granule`], the page size, at most a few KiB in practice)
-/// aligned to a power of two, and is freed with the same size:
+/// ([`FrameSource::granule`], taken as the page size) aligned to a power of
+/// two, and is freed with the same size:
 ///
-/// * slabs: a cache of object size `S` asks for `2^order` pages
-///   (`slab_bytes`, the smallest power of two that holds the slab header and
-///   at least 8 objects, at least one page) **aligned to their size**, the
-///   natural alignment the slab lookup `ptr & !(slab_bytes - 1)` relies on;
+/// * slabs: a cache of object size `S` asks for `2^order` pages, order
+///   0 to 6 (`calculate_order`: the smallest order up to 3 that holds the
+///   slab header and enough objects wasting at most 1/8 of the slab, else
+///   up to 6; [`KmemCache::slab_bytes`](crate::KmemCache::slab_bytes)
+///   tells), **aligned to their size**: the natural alignment the slab
+///   lookup `ptr & !(slab_bytes - 1)` relies on;
 /// * per-CPU arrays (once per cache, at creation): the array's bytes rounded
 ///   up to pages, page-aligned;
 /// * sheaves (sheaves front): one page, page-aligned;
@@ -51,9 +53,10 @@ use core::ptr::NonNull;
 ///   dropped, from a free's slow path (possibly a remote CPU's), from
 ///   deactivating a CPU slab (under that CPU's guard), or from `shrink` /
 ///   `destroy`;
-/// * a sheaf pool page: under the calling CPU's guard **and the barn's
-///   lock** (the raw lock `R`), so the source must not take a lock that is
-///   also held around a call into this cache;
+/// * a sheaf pool page: allocated under the calling CPU's guard **and the
+///   barn's lock** (the raw lock `R`), freed by `destroy` under the barn's
+///   lock, so the source must not take a lock that is also held around a
+///   call into this cache;
 /// * per-CPU arrays: in `KmemCache::new` and `destroy`;
 /// * large `kmalloc` / `kfree`: directly, with no lock held.
 ///

@@ -29,8 +29,44 @@ impl core::fmt::Display for FrameError {
 /// The OS's page allocator, as the walker (table pages), vmalloc (backing
 /// pages) and the slab allocator (slab pages) see it.
 ///
+/// The one convention every memory source of the workspace follows:
+/// physical addresses ([`PhysAddr`], reached through the platform's
+/// [`PhysMap`]), sizes and alignments in bytes as `u64`, failures as
+/// [`FrameError`], `&self` with the implementor's own locking (it is called
+/// concurrently from any CPU). slub-core's `PageSource` is this trait plus
+/// a `PhysMap`; vmap-core's `NodeSource` follows the same shape for tree
+/// nodes.
+///
 /// Frames are not zeroed: a user that needs zeroed memory (page tables do)
 /// clears it through [`PhysMap`].
+///
+/// # What it must serve, and when it is called
+///
+/// Every size is a multiple of [`granule`](Self::granule) and every
+/// alignment a power of two; a range is freed with the size it was
+/// allocated with.
+///
+/// * The page-table walker (zap-walker): one frame of the table size
+///   (`max(table bytes, granule)`: 4 KiB for x86_64 and the aarch64 4K
+///   granule) **aligned to its size** per new table, freed when the table
+///   is emptied (or kept in the walker's small stock); and one store for
+///   its live counts, a power of two of at least `max(128, granule)` bytes
+///   aligned to `min(granule, size)`, reallocated larger as tables are
+///   added. Called with the walker borrowed mutably, i.e. under the lock
+///   its owner keeps it behind (vmalloc's page-table lock).
+/// * The zap's TLB gather: the unmapped frames, through
+///   [`free_many`](Self::free_many) once per batch, after the batch's TLB
+///   flush.
+/// * vmalloc (vmap-lazy): base pages (`PAGE_SIZE`, aligned to it), all of an
+///   area at once through [`alloc_many`](Self::alloc_many), before the
+///   page-table lock is taken; small areas on the sharded front go through a
+///   per-node frame cache
+///   that refills in batches under its own lock; freed with `free_many`
+///   after the flush.
+/// * The slab allocator (slub-core): slab pages of `2^order` granules
+///   aligned to their size, per-CPU arrays, sheaf pool pages and large
+///   `kmalloc` blocks, from its slow paths only (its `PageSource` docs list
+///   sizes and locks held).
 pub trait FrameSource: Sync {
     /// The smallest unit handed out, in bytes (a power of two).
     fn granule(&self) -> u64;

@@ -59,10 +59,9 @@ impl core::fmt::Display for FrameError {
 ///   flush.
 /// * vmalloc (vmap-lazy): base pages (`PAGE_SIZE`, aligned to it), all of an
 ///   area at once through [`alloc_many`](Self::alloc_many), before the
-///   page-table lock is taken; small areas on the sharded front go through a
-///   per-node frame cache
-///   that refills in batches under its own lock; freed with `free_many`
-///   after the flush.
+///   page-table lock is taken; small areas on the sharded front go through
+///   a per-node frame cache that refills in batches under its own lock;
+///   freed with `free_many` after the flush.
 /// * The slab allocator (slub-core): slab pages of `2^order` granules
 ///   aligned to their size, per-CPU arrays, sheaf pool pages and large
 ///   `kmalloc` blocks, from its slow paths only (its `PageSource` docs list

@@ -407,6 +407,12 @@ impl PhysMap for PhysArena {
         let off = addr.as_u64().wrapping_sub(Self::BASE.as_u64()) as usize;
         self.host.as_ptr().wrapping_add(off)
     }
+
+    /// `None` for any pointer outside the arena's host memory.
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        let off = (ptr as u64).wrapping_sub(self.host.as_ptr() as u64);
+        (off < self.frames * self.granule).then(|| PhysAddr::new(Self::BASE.as_u64() + off))
+    }
 }
 
 impl Drop for PhysArena {

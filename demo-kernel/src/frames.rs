@@ -143,4 +143,11 @@ impl PhysMap for Frames {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         addr.as_u64() as *mut u8
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        Some(PhysAddr::new(ptr as u64))
+    }
 }
+
+// SAFETY: the bitmap hands each frame to one owner until it is freed; every
+// frame is RAM the identity map reaches, and the map is its own inverse.
+unsafe impl slub_core::PageSource for Frames {}

@@ -17,18 +17,14 @@ mod vmalloc_loop;
 use crate::arch;
 use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
-use arch_api::OffsetPhysMap;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use slub_core::{FramePages, SlubGlobalAlloc};
+use slub_core::SlubGlobalAlloc;
 
-/// kmalloc over the kernel's frames, one CPU.
+/// kmalloc over the kernel's frames, one CPU: slab pages straight from the
+/// frame bitmap, reached through the identity map (`Frames` is both).
 #[global_allocator]
-static ALLOC: SlubGlobalAlloc<&'static FramePages<Frames>, OneCpu> =
-    SlubGlobalAlloc::new(&SLAB_PAGES, OneCpu);
-
-/// Slab pages straight from the frame bitmap, through the identity map.
-static SLAB_PAGES: FramePages<Frames> = FramePages::new(Frames, OffsetPhysMap { offset: 0 });
+static ALLOC: SlubGlobalAlloc<Frames, OneCpu> = SlubGlobalAlloc::new(Frames, OneCpu);
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;

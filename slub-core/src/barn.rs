@@ -7,7 +7,7 @@
 //! knows nothing of slabs or CPUs: the front decides when to exchange.
 
 use crate::error::AllocError;
-use crate::page_source::PageSource;
+use crate::page_source::{PageSource, SlabPages};
 use arch_api::sync::{Mutex, RawMutex};
 use core::ptr::{NonNull, null_mut};
 
@@ -329,7 +329,7 @@ impl<R: RawMutex> Barn<R> {
             // sheaf in it is in use (the caller's contract).
             unsafe {
                 let next = p.cast::<*mut usize>().read();
-                pages.free_pages(NonNull::new_unchecked(p.cast()), page, page);
+                pages.free_pages(NonNull::new_unchecked(p.cast()), page);
                 p = next;
             }
         }

@@ -10,7 +10,7 @@ use crate::barn::Barn;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::freelist::Codec;
-use crate::page_source::PageSource;
+use crate::page_source::{PageSource, SlabPages};
 use crate::sheaves::SheafFront;
 use crate::slab::Geometry;
 use crate::slabs::{Slabs, SlabsConfig, mix};
@@ -390,8 +390,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `ptr` must not be used after a successful free. Without `debug`, `ptr`
     /// must point into mapped memory, because the header of the naturally
     /// aligned block containing it may be read to check ownership (with
-    /// `debug`, and a page source that answers [`PageSource::owns`], foreign
-    /// pointers are refused before any read).
+    /// `debug`, and a page source whose direct map tells its own pointers
+    /// from others ([`PhysMap::ptr_to_phys`](arch_api::PhysMap::ptr_to_phys)
+    /// answers `None` outside it), foreign pointers are refused before any
+    /// read).
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         // As `alloc`: an inlined leaf that only succeeds (or, on the tid
@@ -459,7 +461,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         }
         #[cfg(feature = "debug")]
         {
-            // SAFETY: the caller's contract; `owns` is consulted first.
+            // SAFETY: the caller's contract; the direct map is consulted first.
             unsafe { self.slabs.check_owner(p)? };
         }
         if !geo.is_object(base, p) {

@@ -6,7 +6,7 @@
 use crate::cache::{CacheFlags, KmemCache};
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
-use crate::page_source::PageSource;
+use crate::page_source::{PageSource, SlabPages};
 use arch_api::DwCas;
 use arch_api::sync::{DefaultRawMutex, RawMutex};
 use core::alloc::Layout;
@@ -185,7 +185,7 @@ where
             });
         }
         // SAFETY: the caller's contract: a large block with this layout.
-        unsafe { self.pages.free_pages(ptr, size, align) };
+        unsafe { self.pages.free_pages(ptr, size) };
         self.large_bytes.fetch_sub(size, Ordering::Relaxed);
         Ok(())
     }

@@ -55,8 +55,10 @@
 //!   CPU; CPU-local CAS) and `MigratingCpus` (tasks share CPU slots and can
 //!   migrate between reading the tid and the CAS; SMP CAS). Bare metal: the
 //!   OS implements it; `cpu_local/mod.rs` lists what it must guarantee.
-//! * [`PageSource`]: where slab pages come from ([`FramePages`] adapts
-//!   arch-api's `FrameSource` + `PhysMap`).
+//! * [`PageSource`]: where slab pages come from: the OS's arch-api
+//!   `FrameSource` and its direct map `PhysMap`, as one type (the
+//!   platform's, or [`FramePages`] pairing two); its docs list the sizes,
+//!   alignments and calling contexts.
 //! * The raw lock `R: lock_api::RawMutex` of node lists and the barn
 //!   (default `arch_api::sync::DefaultRawMutex`).
 //!

@@ -7,7 +7,7 @@
 //! array lives in page-source memory rather than a `Vec` because the crate
 //! has no other allocator (it may *be* the global allocator).
 
-use crate::page_source::PageSource;
+use crate::page_source::{PageSource, SlabPages};
 use core::ptr::NonNull;
 
 /// `nr` initialised `T`s, one per CPU id, page aligned (so a line type with
@@ -78,7 +78,7 @@ impl<T> PerCpu<T> {
         }
         // SAFETY: allocated in `new` with exactly this size and alignment;
         // the caller guarantees nothing refers to it any more.
-        unsafe { pages.free_pages(self.base.cast(), self.bytes, pages.page_size()) };
+        unsafe { pages.free_pages(self.base.cast(), self.bytes) };
         *self = Self::empty();
     }
 }

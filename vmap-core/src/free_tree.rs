@@ -8,7 +8,7 @@
 //! subtree that cannot hold the request.
 
 use crate::error::VmapError;
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
 use crate::tree::{MaxFree, Tree};
 
@@ -23,7 +23,7 @@ impl FreeTree {
     }
 
     /// Adds the block `[start, end)` without merging (initial setup).
-    pub(crate) fn insert_block<S: NodeSource>(
+    pub(crate) fn insert_block<S: NodeArena>(
         &mut self,
         s: &mut S,
         start: u64,
@@ -42,7 +42,7 @@ impl FreeTree {
 
     /// The lowest block holding a fit for `fit`, and the address in it.
     /// `visited` counts nodes looked at.
-    pub(crate) fn lowest_fit<S: NodeSource>(
+    pub(crate) fn lowest_fit<S: NodeArena>(
         &self,
         s: &S,
         fit: &Fit,
@@ -51,7 +51,7 @@ impl FreeTree {
         Self::search(s, self.tree.root, fit, visited)
     }
 
-    fn search<S: NodeSource>(
+    fn search<S: NodeArena>(
         s: &S,
         i: NodeIdx,
         fit: &Fit,
@@ -88,7 +88,7 @@ impl FreeTree {
     }
 
     /// The block containing `[a, a + size)`, if that range is entirely free.
-    pub(crate) fn containing<S: NodeSource>(
+    pub(crate) fn containing<S: NodeArena>(
         &self,
         s: &S,
         a: u64,
@@ -107,7 +107,7 @@ impl FreeTree {
     /// busy node `n` (its range is set by the caller), and links `n` into the
     /// tiling list in its place. A split in the middle needs a node from `s`;
     /// if there is none, nothing changed.
-    pub(crate) fn carve<S: NodeSource>(
+    pub(crate) fn carve<S: NodeArena>(
         &mut self,
         s: &mut S,
         b: NodeIdx,
@@ -158,7 +158,7 @@ impl FreeTree {
 
     /// Makes `lo` and `hi` adjacent tiles (either may be `NIL`).
     #[inline]
-    fn link<S: NodeSource>(s: &mut S, lo: NodeIdx, hi: NodeIdx) {
+    fn link<S: NodeArena>(s: &mut S, lo: NodeIdx, hi: NodeIdx) {
         if lo != NIL {
             s.node_mut(lo).next_tile = hi;
         }
@@ -178,7 +178,7 @@ impl FreeTree {
     /// no successor swap) and grows the other over both; growth only raises
     /// subtree maxima, which [`Tree::raise_aug`] does without reading
     /// siblings.
-    pub(crate) fn release<S: NodeSource>(&mut self, s: &mut S, freed: NodeIdx) {
+    pub(crate) fn release<S: NodeArena>(&mut self, s: &mut S, freed: NodeIdx) {
         let f = s.node(freed);
         let (start, end, p, q) = (f.start, f.end, f.prev_tile, f.next_tile);
         let below = if p != NIL && s.node(p).free { p } else { NIL };
@@ -243,7 +243,7 @@ impl FreeTree {
 
     /// Total free bytes (walks the tree).
     #[cfg(all(test, not(kmm_loom)))]
-    pub(crate) fn free_bytes<S: NodeSource>(&self, s: &S) -> u64 {
+    pub(crate) fn free_bytes<S: NodeArena>(&self, s: &S) -> u64 {
         let mut total = 0;
         let mut i = self.tree.first(s);
         while i != NIL {
@@ -254,7 +254,7 @@ impl FreeTree {
     }
 
     /// Tree invariants plus maximality (no two blocks touch).
-    pub(crate) fn check<S: NodeSource>(&self, s: &S) -> Result<(), &'static str> {
+    pub(crate) fn check<S: NodeArena>(&self, s: &S) -> Result<(), &'static str> {
         self.tree.check(s)?;
         let mut i = self.tree.first(s);
         let mut prev_end = None;
@@ -272,7 +272,7 @@ impl FreeTree {
 #[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
-    use crate::node::FixedPool;
+    use crate::node::{Pool, test_pool};
 
     const P: u64 = 0x1000;
 
@@ -287,7 +287,7 @@ mod tests {
         }
     }
 
-    fn blocks(t: &FreeTree, s: &FixedPool<64>) -> [(u64, u64); 4] {
+    fn blocks(t: &FreeTree, s: &Pool<64>) -> [(u64, u64); 4] {
         let mut out = [(0, 0); 4];
         let mut i = t.tree.first(s);
         let mut k = 0;
@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn lowest_fit_prefers_low_address_and_prunes() {
-        let mut s = FixedPool::<64>::new();
+        let mut s = test_pool::<64>();
         let mut t = FreeTree::new();
         for (a, b) in [(0, 1), (4, 6), (10, 20), (30, 31)] {
             t.insert_block(&mut s, a * P, b * P).unwrap();
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn carve_and_release_merge_both_sides() {
-        let mut s = FixedPool::<64>::new();
+        let mut s = test_pool::<64>();
         let mut t = FreeTree::new();
         t.insert_block(&mut s, 0, 10 * P).unwrap();
         let b = t.tree.root;
@@ -346,7 +346,7 @@ mod tests {
     }
 
     /// Every tile from the lowest, checking both directions of each link.
-    fn tiles(s: &FixedPool<64>, first: NodeIdx) -> ([(u64, u64, bool); 40], usize) {
+    fn tiles(s: &Pool<64>, first: NodeIdx) -> ([(u64, u64, bool); 40], usize) {
         let mut out = [(0, 0, false); 40];
         let (mut i, mut prev, mut k) = (first, NIL, 0);
         while i != NIL {
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn tiling_list_follows_carves_and_every_merge_case() {
-        let mut s = FixedPool::<64>::new();
+        let mut s = test_pool::<64>();
         let mut t = FreeTree::new();
         t.insert_block(&mut s, 0, 32 * P).unwrap();
         // 16 busy pages at 0, 2, 4, ... (a split each time but the first).
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn release_between_busy_areas_reuses_the_node() {
-        let mut s = FixedPool::<64>::new();
+        let mut s = test_pool::<64>();
         let mut t = FreeTree::new();
         t.insert_block(&mut s, 0, 3 * P).unwrap();
         let mut nodes = [NIL; 3];
@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn carve_split_reports_exhaustion_unchanged() {
-        let mut s = FixedPool::<1>::new();
+        let mut s = test_pool::<1>();
         let mut t = FreeTree::new();
         t.insert_block(&mut s, 0, 10 * P).unwrap();
         let b = t.tree.root;

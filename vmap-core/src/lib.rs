@@ -11,7 +11,8 @@
 //! const PAGE: u64 = 4096;
 //! let start = VirtAddr::new(0xffff_c900_0000_0000);
 //! let end = VirtAddr::new(0xffff_c900_0400_0000); // 64 MiB
-//! let mut space = VmapSpace::<Augmented, _>::new(start, end, PAGE, FixedPool::<64>::new())?;
+//! let pool = FixedPool::<64>::new(); // or a `static`: it stays put while in use
+//! let mut space = VmapSpace::<Augmented, _>::new(start, end, PAGE, &pool)?;
 //!
 //! let a = space.alloc(4 * PAGE, PAGE, start, end)?;
 //! let b = space.alloc(PAGE, PAGE, start, end)?;
@@ -26,8 +27,9 @@
 //! at the lowest fitting address, with the vmem constraints Linux lacks
 //! (`phase`, `nocross`, exact address; see [`AllocRequest`]), one-search
 //! [`find_unlink`](VmapSpace::find_unlink), and errors instead of panics
-//! ([`VmapError`]). Tree nodes come from the caller ([`NodeSource`]): no
-//! global state and no heap unless the `alloc` feature is on.
+//! ([`VmapError`]). Tree nodes come from the caller ([`NodeSource`], asked
+//! for like arch-api's `FrameSource`: `&self`, `u64` sizes, `FrameError`):
+//! no global state and no heap unless the `alloc` feature is on.
 //!
 //! The seam is [`FreeAreaSearch`]: how a free block is found. Three policies,
 //! identical placement: [`Linear`] (2010 baseline), [`FreeVmapCache`]

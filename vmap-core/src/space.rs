@@ -6,7 +6,7 @@
 
 use crate::VirtAddr;
 use crate::error::VmapError;
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeArena, NodeIdx, NodeSource, NodeTable};
 use crate::policy::{BusyTree, FreeAreaSearch};
 use crate::request::AllocRequest;
 #[cfg(feature = "stats")]
@@ -41,7 +41,7 @@ pub struct VmapSpace<P: FreeAreaSearch, S: NodeSource> {
     page_size: u64,
     node_id: u16,
     busy: BusyTree,
-    src: S,
+    src: NodeTable<S>,
     policy: P,
     busy_bytes: u64,
     parked: usize,
@@ -52,12 +52,7 @@ pub struct VmapSpace<P: FreeAreaSearch, S: NodeSource> {
 impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// A space over `[start, end)` with pages of `page_size` bytes (a power
     /// of two; `start` and `end` multiples of it), drawing nodes from `src`.
-    pub fn new(
-        start: VirtAddr,
-        end: VirtAddr,
-        page_size: u64,
-        mut src: S,
-    ) -> Result<Self, VmapError> {
+    pub fn new(start: VirtAddr, end: VirtAddr, page_size: u64, src: S) -> Result<Self, VmapError> {
         let (start, end) = (start.as_u64(), end.as_u64());
         if !page_size.is_power_of_two() {
             return Err(VmapError::BadPageSize { page_size });
@@ -77,6 +72,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
                 vend: end,
             });
         }
+        let mut src = NodeTable::new(src);
         let policy = P::init(&mut src, start, end)?;
         Ok(Self {
             start,

@@ -1,5 +1,5 @@
 //! The address-ordered AVL tree both trees are built on: nodes live in a
-//! [`NodeSource`] and are linked by index (with parent links, so neighbours
+//! [`NodeArena`] and are linked by index (with parent links, so neighbours
 //! are found without a second search — that is what makes `find_unlink` one
 //! search). Keyed by `start`; the ranges in one tree never overlap, so the
 //! order by `start` is also the order by `end`.
@@ -10,7 +10,7 @@
 //! maximum are unchanged, so most inserts and removals touch O(1) nodes above
 //! the change.
 
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeArena, NodeIdx};
 use core::marker::PhantomData;
 
 /// What a tree keeps per subtree besides its height.
@@ -31,7 +31,7 @@ impl Augment for MaxFree {
     const ACTIVE: bool = true;
 }
 
-/// An AVL tree over nodes of a [`NodeSource`].
+/// An AVL tree over nodes of a [`NodeArena`].
 pub struct Tree<A> {
     pub(crate) root: NodeIdx,
     pub(crate) len: usize,
@@ -39,7 +39,7 @@ pub struct Tree<A> {
 }
 
 #[inline]
-fn height<S: NodeSource>(s: &S, i: NodeIdx) -> u8 {
+fn height<S: NodeArena>(s: &S, i: NodeIdx) -> u8 {
     if i == NIL { 0 } else { s.node(i).height }
 }
 
@@ -55,7 +55,7 @@ impl<A: Augment> Tree<A> {
     /// Recomputes height and augmentation of `i` from its children; returns
     /// whether either changed.
     #[inline]
-    fn update<S: NodeSource>(s: &mut S, i: NodeIdx) -> bool {
+    fn update<S: NodeArena>(s: &mut S, i: NodeIdx) -> bool {
         let n = s.node(i);
         let (l, r, own) = (n.left, n.right, n.end - n.start);
         let (lh, la) = if l == NIL {
@@ -80,7 +80,7 @@ impl<A: Augment> Tree<A> {
     }
 
     #[inline]
-    fn replace_child<S: NodeSource>(
+    fn replace_child<S: NodeArena>(
         &mut self,
         s: &mut S,
         parent: NodeIdx,
@@ -103,7 +103,7 @@ impl<A: Augment> Tree<A> {
     }
 
     #[inline(always)]
-    fn rotate_left<S: NodeSource>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
+    fn rotate_left<S: NodeArena>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
         let y = s.node(x).right;
         let b = s.node(y).left;
         let p = s.node(x).parent;
@@ -120,7 +120,7 @@ impl<A: Augment> Tree<A> {
     }
 
     #[inline(always)]
-    fn rotate_right<S: NodeSource>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
+    fn rotate_right<S: NodeArena>(&mut self, s: &mut S, x: NodeIdx) -> NodeIdx {
         let y = s.node(x).left;
         let b = s.node(y).right;
         let p = s.node(x).parent;
@@ -138,7 +138,7 @@ impl<A: Augment> Tree<A> {
 
     /// Restores the AVL balance at `i` (whose children are balanced);
     /// returns the root of the subtree.
-    fn rebalance<S: NodeSource>(&mut self, s: &mut S, i: NodeIdx) -> NodeIdx {
+    fn rebalance<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) -> NodeIdx {
         let (l, r) = (s.node(i).left, s.node(i).right);
         let bf = height(s, l) as i32 - height(s, r) as i32;
         if bf > 1 {
@@ -160,7 +160,7 @@ impl<A: Augment> Tree<A> {
     /// rebalancing. Each node's children are read once: the balance check
     /// and the recomputation share them.
     #[inline(always)]
-    fn fix_up<S: NodeSource>(&mut self, s: &mut S, mut i: NodeIdx) {
+    fn fix_up<S: NodeArena>(&mut self, s: &mut S, mut i: NodeIdx) {
         while i != NIL {
             let n = s.node(i);
             let (l, r, own) = (n.left, n.right, n.end - n.start);
@@ -198,7 +198,7 @@ impl<A: Augment> Tree<A> {
 
     /// Recomputes the augmentation from `i` up after `i`'s `start`/`end`
     /// changed in place (order unchanged, so no rebalancing is needed).
-    pub(crate) fn update_path<S: NodeSource>(&self, s: &mut S, mut i: NodeIdx) {
+    pub(crate) fn update_path<S: NodeArena>(&self, s: &mut S, mut i: NodeIdx) {
         while i != NIL {
             if !Self::update(s, i) {
                 return;
@@ -213,7 +213,7 @@ impl<A: Augment> Tree<A> {
     /// blocks no larger than `v` (a neighbour `i` absorbed): each maximum is
     /// then exactly `max(old, v)`, so siblings need not be read.
     #[inline]
-    pub(crate) fn raise_aug<S: NodeSource>(&self, s: &mut S, mut i: NodeIdx, v: u64) {
+    pub(crate) fn raise_aug<S: NodeArena>(&self, s: &mut S, mut i: NodeIdx, v: u64) {
         if !A::ACTIVE {
             return;
         }
@@ -229,7 +229,7 @@ impl<A: Augment> Tree<A> {
 
     /// Links node `n` (its `start`/`end` set) into the tree. Its start must
     /// not already be present.
-    pub(crate) fn insert<S: NodeSource>(&mut self, s: &mut S, n: NodeIdx) {
+    pub(crate) fn insert<S: NodeArena>(&mut self, s: &mut S, n: NodeIdx) {
         let key = s.node(n).start;
         if self.insert_first(s, n) {
             return;
@@ -255,7 +255,7 @@ impl<A: Augment> Tree<A> {
     /// Resets `n` as a leaf and counts it; links it as the root and returns
     /// `true` if the tree was empty.
     #[inline]
-    fn insert_first<S: NodeSource>(&mut self, s: &mut S, n: NodeIdx) -> bool {
+    fn insert_first<S: NodeArena>(&mut self, s: &mut S, n: NodeIdx) -> bool {
         let node = s.node_mut(n);
         node.left = NIL;
         node.right = NIL;
@@ -275,7 +275,7 @@ impl<A: Augment> Tree<A> {
     /// one place in a search tree, so this is where [`insert`](Self::insert)
     /// would put it: the right child of `pred` if that is free, otherwise
     /// the left child of `pred`'s successor (which has none).
-    pub(crate) fn insert_after<S: NodeSource>(&mut self, s: &mut S, pred: NodeIdx, n: NodeIdx) {
+    pub(crate) fn insert_after<S: NodeArena>(&mut self, s: &mut S, pred: NodeIdx, n: NodeIdx) {
         debug_assert!(pred == NIL || s.node(pred).start < s.node(n).start);
         if self.insert_first(s, n) {
             return;
@@ -300,7 +300,7 @@ impl<A: Augment> Tree<A> {
     /// links it again, its stale links must not be followed). No search:
     /// parent links give the position.
     #[inline(always)]
-    pub(crate) fn remove<S: NodeSource>(&mut self, s: &mut S, z: NodeIdx) {
+    pub(crate) fn remove<S: NodeArena>(&mut self, s: &mut S, z: NodeIdx) {
         self.len -= 1;
         let (zl, zr, zp, zh, za) = {
             let n = s.node(z);
@@ -348,7 +348,7 @@ impl<A: Augment> Tree<A> {
     }
 
     #[inline]
-    fn min_from<S: NodeSource>(&self, s: &S, mut i: NodeIdx) -> NodeIdx {
+    fn min_from<S: NodeArena>(&self, s: &S, mut i: NodeIdx) -> NodeIdx {
         while s.node(i).left != NIL {
             i = s.node(i).left;
         }
@@ -356,7 +356,7 @@ impl<A: Augment> Tree<A> {
     }
 
     #[inline]
-    fn max_from<S: NodeSource>(&self, s: &S, mut i: NodeIdx) -> NodeIdx {
+    fn max_from<S: NodeArena>(&self, s: &S, mut i: NodeIdx) -> NodeIdx {
         while s.node(i).right != NIL {
             i = s.node(i).right;
         }
@@ -364,7 +364,7 @@ impl<A: Augment> Tree<A> {
     }
 
     /// Lowest node, or `NIL`.
-    pub(crate) fn first<S: NodeSource>(&self, s: &S) -> NodeIdx {
+    pub(crate) fn first<S: NodeArena>(&self, s: &S) -> NodeIdx {
         if self.root == NIL {
             NIL
         } else {
@@ -374,7 +374,7 @@ impl<A: Augment> Tree<A> {
 
     /// In-order successor, or `NIL`.
     #[inline]
-    pub(crate) fn next<S: NodeSource>(&self, s: &S, i: NodeIdx) -> NodeIdx {
+    pub(crate) fn next<S: NodeArena>(&self, s: &S, i: NodeIdx) -> NodeIdx {
         let r = s.node(i).right;
         if r != NIL {
             return self.min_from(s, r);
@@ -390,7 +390,7 @@ impl<A: Augment> Tree<A> {
 
     /// In-order predecessor, or `NIL`.
     #[inline]
-    pub(crate) fn prev<S: NodeSource>(&self, s: &S, i: NodeIdx) -> NodeIdx {
+    pub(crate) fn prev<S: NodeArena>(&self, s: &S, i: NodeIdx) -> NodeIdx {
         let l = s.node(i).left;
         if l != NIL {
             return self.max_from(s, l);
@@ -406,7 +406,7 @@ impl<A: Augment> Tree<A> {
 
     /// The node whose `start == key`, or `NIL`; counts visited nodes.
     #[inline]
-    pub(crate) fn find_start<S: NodeSource>(&self, s: &S, key: u64, visited: &mut u32) -> NodeIdx {
+    pub(crate) fn find_start<S: NodeArena>(&self, s: &S, key: u64, visited: &mut u32) -> NodeIdx {
         let mut cur = self.root;
         while cur != NIL {
             *visited += 1;
@@ -424,7 +424,7 @@ impl<A: Augment> Tree<A> {
 
     /// The node with the largest `start <= addr`, or `NIL`.
     #[inline]
-    pub(crate) fn floor<S: NodeSource>(&self, s: &S, addr: u64, visited: &mut u32) -> NodeIdx {
+    pub(crate) fn floor<S: NodeArena>(&self, s: &S, addr: u64, visited: &mut u32) -> NodeIdx {
         let mut cur = self.root;
         let mut best = NIL;
         while cur != NIL {
@@ -443,7 +443,7 @@ impl<A: Augment> Tree<A> {
     /// The lowest node with `end > addr`, or `NIL` (Linux's search for the
     /// first busy area at or above `addr`).
     #[inline]
-    pub(crate) fn first_end_above<S: NodeSource>(
+    pub(crate) fn first_end_above<S: NodeArena>(
         &self,
         s: &S,
         addr: u64,
@@ -469,8 +469,8 @@ impl<A: Augment> Tree<A> {
 
     /// Checks order, parent links, heights, balance and augmentation; returns
     /// the number of nodes.
-    pub(crate) fn check<S: NodeSource>(&self, s: &S) -> Result<usize, &'static str> {
-        fn walk<A: Augment, S: NodeSource>(
+    pub(crate) fn check<S: NodeArena>(&self, s: &S) -> Result<usize, &'static str> {
+        fn walk<A: Augment, S: NodeArena>(
             s: &S,
             i: NodeIdx,
             parent: NodeIdx,
@@ -519,9 +519,9 @@ impl<A: Augment> Tree<A> {
 #[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
-    use crate::node::{FixedPool, NodeSource};
+    use crate::node::{NodeArena, Pool, test_pool};
 
-    fn add<A: Augment>(t: &mut Tree<A>, p: &mut FixedPool<512>, start: u64, end: u64) -> NodeIdx {
+    fn add<A: Augment>(t: &mut Tree<A>, p: &mut Pool<512>, start: u64, end: u64) -> NodeIdx {
         let i = p.alloc_node().unwrap();
         p.node_mut(i).start = start;
         p.node_mut(i).end = end;
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn insert_remove_keeps_avl_order() {
-        let mut p = FixedPool::<512>::new();
+        let mut p = test_pool::<512>();
         let mut t: Tree<MaxFree> = Tree::new();
         let mut idx = [0; 300];
         // A scrambled but deterministic order.
@@ -575,8 +575,8 @@ mod tests {
     /// `insert` builds (same shape, same root), whatever the order.
     #[test]
     fn insert_after_matches_insert() {
-        let mut pa = FixedPool::<512>::new();
-        let mut pb = FixedPool::<512>::new();
+        let mut pa = test_pool::<512>();
+        let mut pb = test_pool::<512>();
         let mut a: Tree<MaxFree> = Tree::new();
         let mut b: Tree<MaxFree> = Tree::new();
         for k in 0..400u64 {
@@ -602,7 +602,7 @@ mod tests {
 
     #[test]
     fn busy_tree_early_stop_stays_consistent() {
-        let mut p = FixedPool::<512>::new();
+        let mut p = test_pool::<512>();
         let mut t: Tree<NoAug> = Tree::new();
         let mut v = [0; 400];
         for k in 0..400u64 {

@@ -217,8 +217,8 @@ fn unknown_and_double_free_are_not_found() {
 }
 
 fn exhaustion<F: FreeAreaSearch>(cap_busy: usize) {
-    let mut pool = FixedPool::<8>::new();
-    let mut s = VmapSpace::<F, _>::new(va(S), va(E), P, &mut pool).unwrap();
+    let pool = FixedPool::<8>::new();
+    let mut s = VmapSpace::<F, _>::new(va(S), va(E), P, &pool).unwrap();
     let mut got = Vec::new();
     loop {
         // Every other page, so the augmented policy needs split nodes too.
@@ -257,8 +257,8 @@ fn node_pool_exhausted_is_an_error() {
 
 #[test]
 fn node_pool_exhaustion_leaves_state_unchanged() {
-    let mut pool = FixedPool::<3>::new();
-    let mut s = VmapSpace::<Augmented, _>::new(va(S), va(E), P, &mut pool).unwrap();
+    let pool = FixedPool::<3>::new();
+    let mut s = VmapSpace::<Augmented, _>::new(va(S), va(E), P, &pool).unwrap();
     s.alloc_exact(va(S + P), P).unwrap(); // 1 busy + 1 split: pool full
     let before = snapshot(&s);
     assert_eq!(
@@ -292,9 +292,9 @@ fn constructor_errors() {
         VmapSpace::<Augmented, _>::new(va(E), va(S), P, v()).err(),
         Some(VmapError::EmptyRange { vstart: E, vend: S })
     );
-    let mut none = FixedPool::<0>::new();
+    let none = FixedPool::<0>::new();
     assert_eq!(
-        VmapSpace::<Augmented, _>::new(va(S), va(E), P, &mut none).err(),
+        VmapSpace::<Augmented, _>::new(va(S), va(E), P, &none).err(),
         Some(VmapError::NodePoolExhausted)
     );
 }

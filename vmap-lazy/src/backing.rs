@@ -106,4 +106,7 @@ impl<M: FrameSource + PhysMap + ?Sized> PhysMap for VmallocMem<'_, M> {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         self.mem.phys_to_ptr(addr)
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        self.mem.ptr_to_phys(ptr)
+    }
 }

@@ -59,6 +59,9 @@ impl PhysMap for Gated<'_> {
         }
         self.inner.phys_to_ptr(addr)
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        self.inner.ptr_to_phys(ptr)
+    }
 }
 
 #[test]

@@ -36,6 +36,7 @@ pub const UNSAFE_CRATES: &[&str] = &[
     "arch-x86_64",
     "arch-aarch64",
     "arch-ia64-sim",
+    "vmap-core",
     "zap-walker",
     "slub-core",
     "vmap-lazy",

@@ -16,7 +16,7 @@ pub(crate) use partial::CpuPartial;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
 use crate::freelist::{Codec, end_token};
-use crate::page_source::PageSource;
+use crate::page_source::{PageSource, SlabPages};
 use crate::slab::{Counters, Geometry, SLAB_MAGIC, Slab};
 use crate::stats::StatItem;
 use crate::sync::UnsafeCellPtr;
@@ -178,11 +178,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// disown it and the slab header carries this cache's magic.
     ///
     /// # Safety
-    /// If the page source cannot tell ownership, `p`'s naturally aligned
+    /// If the page source's direct map cannot tell its pointers from others
+    /// (answers `Some` for `p`'s block although it is not its memory), that
     /// block must be mapped memory.
     pub(crate) unsafe fn check_owner(&self, p: usize) -> Result<(), FreeError> {
         let base = self.geo.base_of(p);
-        if p == 0 || self.pages.owns(base) == Some(false) {
+        if p == 0 || self.pages.disowns(base) {
             return Err(FreeError::ForeignPointer { ptr: p });
         }
         // SAFETY: the page source owns `base` or the caller vouches that it is
@@ -264,11 +265,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         // every list and CPU, so we own it; it was written in `new_slab`.
         unsafe {
             core::ptr::drop_in_place(slab);
-            self.pages.free_pages(
-                NonNull::new_unchecked(slab.cast()),
-                self.geo.slab_bytes,
-                self.geo.slab_bytes,
-            );
+            self.pages
+                .free_pages(NonNull::new_unchecked(slab.cast()), self.geo.slab_bytes);
         }
         self.nr_slabs.fetch_sub(1, Ordering::AcqRel);
         self.stat_here(StatItem::FreeSlab);

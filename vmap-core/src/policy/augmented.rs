@@ -5,7 +5,7 @@
 use super::{BusyTree, FreeAreaSearch, Search};
 use crate::error::VmapError;
 use crate::free_tree::FreeTree;
-use crate::node::{NIL, NodeIdx, NodeSource, TreeNode};
+use crate::node::{NIL, NodeArena, NodeIdx, TreeNode};
 use crate::request::Fit;
 
 /// Lowest fit through the augmented free tree.
@@ -20,13 +20,13 @@ impl FreeAreaSearch for Augmented {
 }
 
 impl Search for Augmented {
-    fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
+    fn init<S: NodeArena>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
         let mut free = FreeTree::new();
         free.insert_block(s, start, end)?;
         Ok(Self { free, found: NIL })
     }
 
-    fn find_fit<S: NodeSource>(
+    fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
         _: &BusyTree,
@@ -38,7 +38,7 @@ impl Search for Augmented {
         Some(a)
     }
 
-    fn find_exact<S: NodeSource>(
+    fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
         _: &BusyTree,
@@ -55,7 +55,7 @@ impl Search for Augmented {
         }
     }
 
-    fn claim<S: NodeSource>(
+    fn claim<S: NodeArena>(
         &mut self,
         s: &mut S,
         a: u64,
@@ -69,13 +69,13 @@ impl Search for Augmented {
     /// From the tiling list: the tile below `node`, or the one below that
     /// if it is free.
     #[inline]
-    fn busy_pred<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
+    fn busy_pred<S: NodeArena>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
         Some(busy_or_beyond(s, s.node(node).prev_tile, |n| n.prev_tile))
     }
 
     /// From the tiling list, as [`busy_pred`](Self::busy_pred) upwards.
     #[inline]
-    fn busy_after<S: NodeSource>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
+    fn busy_after<S: NodeArena>(&self, s: &S, node: NodeIdx) -> Option<NodeIdx> {
         Some(busy_or_beyond(s, s.node(node).next_tile, |n| n.next_tile))
     }
 
@@ -83,7 +83,7 @@ impl Search for Augmented {
         false
     }
 
-    fn release<S: NodeSource>(
+    fn release<S: NodeArena>(
         &mut self,
         s: &mut S,
         _: u64,
@@ -95,7 +95,7 @@ impl Search for Augmented {
         true
     }
 
-    fn check<S: NodeSource>(
+    fn check<S: NodeArena>(
         &self,
         s: &S,
         busy: &BusyTree,
@@ -142,7 +142,7 @@ impl Search for Augmented {
 /// tile beyond it, `beyond(t)`, which is busy (or `NIL`): two free blocks
 /// never touch.
 #[inline]
-fn busy_or_beyond<S: NodeSource>(
+fn busy_or_beyond<S: NodeArena>(
     s: &S,
     t: NodeIdx,
     beyond: impl Fn(&TreeNode) -> NodeIdx,

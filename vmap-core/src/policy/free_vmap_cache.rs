@@ -24,7 +24,7 @@
 
 use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
 
 /// The 2010 fix: Linux's `free_vmap_cache` (2.6.36), the last allocated
@@ -45,7 +45,7 @@ impl FreeAreaSearch for FreeVmapCache {
 }
 
 impl Search for FreeVmapCache {
-    fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
+    fn init<S: NodeArena>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self {
             cache: NIL,
             cached_hole_size: 0,
@@ -55,7 +55,7 @@ impl Search for FreeVmapCache {
         })
     }
 
-    fn find_fit<S: NodeSource>(
+    fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -113,7 +113,7 @@ impl Search for FreeVmapCache {
         )
     }
 
-    fn find_exact<S: NodeSource>(
+    fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -125,7 +125,7 @@ impl Search for FreeVmapCache {
         busy_range_free(s, busy, a, size, visited)
     }
 
-    fn claim<S: NodeSource>(
+    fn claim<S: NodeArena>(
         &mut self,
         _: &mut S,
         _: u64,
@@ -142,7 +142,7 @@ impl Search for FreeVmapCache {
         self.cache != NIL
     }
 
-    fn release<S: NodeSource>(
+    fn release<S: NodeArena>(
         &mut self,
         s: &mut S,
         start: u64,
@@ -160,7 +160,7 @@ impl Search for FreeVmapCache {
         false
     }
 
-    fn check<S: NodeSource>(
+    fn check<S: NodeArena>(
         &self,
         s: &S,
         busy: &BusyTree,

@@ -6,7 +6,7 @@
 
 use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
-use crate::node::{NodeIdx, NodeSource};
+use crate::node::{NodeArena, NodeIdx};
 use crate::request::Fit;
 
 /// The uncached search from `vstart` (pre-2.6.36 `alloc_vmap_area`).
@@ -18,11 +18,11 @@ impl FreeAreaSearch for Linear {
 }
 
 impl Search for Linear {
-    fn init<S: NodeSource>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
+    fn init<S: NodeArena>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self)
     }
 
-    fn find_fit<S: NodeSource>(
+    fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -34,7 +34,7 @@ impl Search for Linear {
         walk(s, busy, fit, addr, first, &mut 0, visited)
     }
 
-    fn find_exact<S: NodeSource>(
+    fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -45,7 +45,7 @@ impl Search for Linear {
         busy_range_free(s, busy, a, size, visited)
     }
 
-    fn claim<S: NodeSource>(
+    fn claim<S: NodeArena>(
         &mut self,
         _: &mut S,
         _: u64,
@@ -59,24 +59,11 @@ impl Search for Linear {
         false
     }
 
-    fn release<S: NodeSource>(
-        &mut self,
-        _: &mut S,
-        _: u64,
-        _: u64,
-        _: NodeIdx,
-        _: NodeIdx,
-    ) -> bool {
+    fn release<S: NodeArena>(&mut self, _: &mut S, _: u64, _: u64, _: NodeIdx, _: NodeIdx) -> bool {
         false
     }
 
-    fn check<S: NodeSource>(
-        &self,
-        _: &S,
-        _: &BusyTree,
-        _: u64,
-        _: u64,
-    ) -> Result<(), &'static str> {
+    fn check<S: NodeArena>(&self, _: &S, _: &BusyTree, _: u64, _: u64) -> Result<(), &'static str> {
         Ok(())
     }
 }

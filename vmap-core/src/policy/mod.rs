@@ -13,7 +13,7 @@ pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
 
 use crate::error::VmapError;
-use crate::node::{NIL, NodeIdx, NodeSource};
+use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
 use crate::tree::{NoAug, Tree};
 
@@ -38,10 +38,10 @@ pub trait FreeAreaSearch: Sized + Search {
 /// unlinked.
 pub trait Search: Sized {
     /// Sets up the policy for an empty space `[start, end)`.
-    fn init<S: NodeSource>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
+    fn init<S: NodeArena>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
 
     /// The lowest address satisfying `fit`, or `None`; counts visited nodes.
-    fn find_fit<S: NodeSource>(
+    fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -50,7 +50,7 @@ pub trait Search: Sized {
     ) -> Option<u64>;
 
     /// Whether `[a, a + size)` is entirely free.
-    fn find_exact<S: NodeSource>(
+    fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
         busy: &BusyTree,
@@ -61,7 +61,7 @@ pub trait Search: Sized {
 
     /// Takes `[a, a + size)` found by the last `find_*` call; `node` is the
     /// busy node about to be linked. On error nothing changed.
-    fn claim<S: NodeSource>(
+    fn claim<S: NodeArena>(
         &mut self,
         s: &mut S,
         a: u64,
@@ -74,14 +74,14 @@ pub trait Search: Sized {
     /// when none, `None` when the policy does not know, so the busy tree is
     /// searched from its root.
     #[inline]
-    fn busy_pred<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
+    fn busy_pred<S: NodeArena>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
     }
 
     /// The busy area just above the busy `node` (`NIL` when none), or
     /// `None` when the policy does not know without a search.
     #[inline]
-    fn busy_after<S: NodeSource>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
+    fn busy_after<S: NodeArena>(&self, _s: &S, _node: NodeIdx) -> Option<NodeIdx> {
         None
     }
 
@@ -96,7 +96,7 @@ pub trait Search: Sized {
     /// contents intact) and `prev` was its busy predecessor (`NIL` if
     /// [`wants_prev`](Self::wants_prev) said no). Returns whether
     /// the policy kept `freed` (otherwise the caller frees it).
-    fn release<S: NodeSource>(
+    fn release<S: NodeArena>(
         &mut self,
         s: &mut S,
         start: u64,
@@ -106,7 +106,7 @@ pub trait Search: Sized {
     ) -> bool;
 
     /// The policy's own invariants, given the busy tree.
-    fn check<S: NodeSource>(
+    fn check<S: NodeArena>(
         &self,
         s: &S,
         busy: &BusyTree,
@@ -120,7 +120,7 @@ pub trait Search: Sized {
 /// records the largest skipped hole in `hole`. Shared by `linear` and
 /// `free_vmap_cache`: this is the 2010 search loop.
 #[inline]
-pub(crate) fn walk<S: NodeSource>(
+pub(crate) fn walk<S: NodeArena>(
     s: &S,
     busy: &BusyTree,
     fit: &Fit,
@@ -152,7 +152,7 @@ pub(crate) fn walk<S: NodeSource>(
 
 /// Whether `[a, a + size)` overlaps no busy area.
 #[inline]
-pub(crate) fn busy_range_free<S: NodeSource>(
+pub(crate) fn busy_range_free<S: NodeArena>(
     s: &S,
     busy: &BusyTree,
     a: u64,

@@ -250,6 +250,9 @@ impl PhysMap for Tracked {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         self.arena.phys_to_ptr(addr)
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        self.arena.ptr_to_phys(ptr)
+    }
 }
 
 /// xorshift64*: small, deterministic, good enough to drive op sequences.

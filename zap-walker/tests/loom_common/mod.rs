@@ -90,6 +90,14 @@ impl PhysMap for LoomMem {
         assert!(word < self.words.len(), "{addr:?} is not a table frame");
         self.words.as_ptr().wrapping_add(word) as *mut u8
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        let off = (ptr as usize).wrapping_sub(self.words.as_ptr() as usize);
+        let word = off / core::mem::size_of::<AtomicU64>();
+        (word < self.words.len()).then(|| {
+            let (k, w) = (word / SLOT_WORDS, word % SLOT_WORDS);
+            PhysAddr::new((k as u64 + 1) * PS + w as u64 * 8)
+        })
+    }
 }
 
 /// The model flushes nothing: no TLB is simulated, only the tables.

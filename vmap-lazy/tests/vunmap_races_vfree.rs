@@ -58,6 +58,9 @@ impl PhysMap for Tracked<'_> {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         self.inner.phys_to_ptr(addr)
     }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        self.inner.ptr_to_phys(ptr)
+    }
 }
 
 type V<'m> = Vmalloc<'m, L, Tracked<'m>, SoftTlbCpu<'m>>;

@@ -14,11 +14,15 @@ const E: u64 = S + 4096 * P;
 
 type Outcome = Vec<(u64, Result<VmapArea, VmapError>)>;
 
+/// Areas in the test space (fewer under miri, where the linear policy's
+/// walks are slow).
+const AREAS: u64 = if cfg!(miri) { 40 } else { 300 };
+
 /// Areas of 1..4 pages, some touching, some with holes between them.
 fn space<F: FreeAreaSearch>() -> (VmapSpace<F, VecSource>, Vec<u64>) {
     let mut s = VmapSpace::new(VirtAddr::new(S), VirtAddr::new(E), P, VecSource::new()).unwrap();
     let mut starts = Vec::new();
-    for k in 0..300u64 {
+    for k in 0..AREAS {
         let a = s
             .alloc((k % 4 + 1) * P, P, VirtAddr::new(S), VirtAddr::new(E))
             .unwrap();
@@ -41,7 +45,7 @@ fn all_starts() -> Vec<u64> {
     let mut s =
         VmapSpace::<Augmented, _>::new(VirtAddr::new(S), VirtAddr::new(E), P, VecSource::new())
             .unwrap();
-    (0..300u64)
+    (0..AREAS)
         .map(|k| {
             s.alloc((k % 4 + 1) * P, P, VirtAddr::new(S), VirtAddr::new(E))
                 .unwrap()

@@ -59,7 +59,8 @@ pub struct VmallocConfig {
     pub vstart: VirtAddr,
     /// End of the vmalloc range (`VMALLOC_END`).
     pub vend: VirtAddr,
-    /// CPUs of the system (for `lazy_max_pages`).
+    /// CPUs of the system: `lazy_max_pages` grows with it, and it sizes
+    /// the per-CPU vmap blocks of `vm_map_ram` (CPU ids below it).
     pub cpus: u32,
 }
 

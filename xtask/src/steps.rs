@@ -453,9 +453,28 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     // registry (versions beside path dependencies, no path-only dev-dependencies), the files
     // the package holds, and a build of each from its package alone (interdependent crates
     // through cargo's local overlay registry). `--allow-dirty`: local runs on a work tree.
-    let package = Cmd::new("cargo")
-        .args(["package", "--workspace", "--allow-dirty"])
-        .args(BIN_CRATES.iter().flat_map(|c| ["--exclude", c]));
+    // Cargo unpacks the overlay's crates under `$CARGO_HOME/registry/{src,cache}/-<hash>/`,
+    // keyed by the workspace's path and the version, and does not unpack them again: a second
+    // run in the same folder after a change (same version) would build the first run's
+    // sources. So those unpacked copies of our crates go first (only under the overlay
+    // registries, whose directory names start with `-`).
+    let stale: Vec<String> = LIB_CRATES
+        .iter()
+        .flat_map(|c| {
+            [
+                format!("\"$reg\"/src/-*/{c}-[0-9]*"),
+                format!("\"$reg\"/cache/-*/{c}-[0-9]*.crate"),
+            ]
+        })
+        .collect();
+    let excludes: Vec<String> = BIN_CRATES.iter().map(|c| format!("--exclude {c}")).collect();
+    let script = format!(
+        "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf {}; \
+         exec cargo package --workspace --allow-dirty {}",
+        stale.join(" "),
+        excludes.join(" ")
+    );
+    let package = Cmd::new("sh").args(["-c", script.as_str()]);
     rows.push(Step::new(
         StepKind::Package,
         "host",

@@ -456,8 +456,9 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     // Cargo unpacks the overlay's crates under `$CARGO_HOME/registry/{src,cache}/-<hash>/`,
     // keyed by the workspace's path and the version, and does not unpack them again: a second
     // run in the same folder after a change (same version) would build the first run's
-    // sources. So those unpacked copies of our crates go first (only under the overlay
-    // registries, whose directory names start with `-`).
+    // sources, and a reused `target/package` its builds of them (registry crates are taken
+    // as immutable). So both go first: the unpacked copies of our crates (only under the
+    // overlay registries, whose directory names start with `-`) and `target/package`.
     let stale: Vec<String> = LIB_CRATES
         .iter()
         .flat_map(|c| {
@@ -469,7 +470,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         .collect();
     let excludes: Vec<String> = BIN_CRATES.iter().map(|c| format!("--exclude {c}")).collect();
     let script = format!(
-        "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf {}; \
+        "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf target/package {}; \
          exec cargo package --workspace --allow-dirty {}",
         stale.join(" "),
         excludes.join(" ")

@@ -456,9 +456,10 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     // Cargo unpacks the overlay's crates under `$CARGO_HOME/registry/{src,cache}/-<hash>/`,
     // keyed by the workspace's path and the version, and does not unpack them again: a second
     // run in the same folder after a change (same version) would build the first run's
-    // sources, and a reused `target/package` its builds of them (registry crates are taken
+    // sources, and a reused target directory its builds of them (registry crates are taken
     // as immutable). So both go first: the unpacked copies of our crates (only under the
-    // overlay registries, whose directory names start with `-`) and `target/package`.
+    // overlay registries, whose directory names start with `-`) and the step's own target
+    // directory, `target/xtask/package`.
     let stale: Vec<String> = LIB_CRATES
         .iter()
         .flat_map(|c| {
@@ -470,8 +471,8 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         .collect();
     let excludes: Vec<String> = BIN_CRATES.iter().map(|c| format!("--exclude {c}")).collect();
     let script = format!(
-        "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf target/package {}; \
-         exec cargo package --workspace --allow-dirty {}",
+        "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf target/xtask/package {}; \
+         CARGO_TARGET_DIR=target/xtask/package exec cargo package --workspace --allow-dirty {}",
         stale.join(" "),
         excludes.join(" ")
     );

@@ -469,7 +469,10 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             ]
         })
         .collect();
-    let excludes: Vec<String> = BIN_CRATES.iter().map(|c| format!("--exclude {c}")).collect();
+    let excludes: Vec<String> = BIN_CRATES
+        .iter()
+        .map(|c| format!("--exclude {c}"))
+        .collect();
     let script = format!(
         "reg=\"${{CARGO_HOME:-$HOME/.cargo}}/registry\"; rm -rf target/xtask/package {}; \
          CARGO_TARGET_DIR=target/xtask/package exec cargo package --workspace --allow-dirty {}",

@@ -59,9 +59,9 @@
 //! `--cfg kmm_loom`), so the model runs this code.
 //!
 //! Start reading at `walker.rs` (tables, live counts beside them, attaching
-//! to the kernel's table, the root split), then
-//! `zap.rs` (the level function that returns the address it reached), then
-//! `budget/work.rs`.
+//! to the kernel's table, the root split), then `live.rs` and `counts.rs`
+//! (how the counts are read, kept and rescanned), then `zap.rs` (the level
+//! function that returns the address it reached), then `budget/work.rs`.
 #![no_std]
 #![deny(missing_docs)]
 
@@ -73,6 +73,7 @@ mod counts;
 mod errors;
 mod gather;
 mod leaf_path;
+mod live;
 #[cfg(kmm_loom)]
 #[doc(hidden)]
 pub mod loom_mutation;

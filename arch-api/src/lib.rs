@@ -57,8 +57,11 @@
 //! # Ok::<(), FrameError>(())
 //! ```
 //!
-//! Everything that differs between CPUs is behind one of four traits here, and
-//! every other crate is written against them:
+//! An OS names its whole platform once, as a [`Platform`] (an `unsafe`
+//! trait of associated types: layout, frames + direct map, TLB flusher,
+//! CPU-local access, raw lock, DW-CAS); the shipped types of the other
+//! crates take that one parameter. Everything that differs between CPUs is
+//! behind one of these traits:
 //!
 //! * [`PageTableLayout`] / [`PageTableEntry`] — how many levels, how a virtual
 //!   address splits into indices, what an entry looks like (`layout`).
@@ -67,10 +70,12 @@
 //! * [`TlbFlush`] — page / range / full invalidation with Linux's flush ceiling (`tlb`).
 //! * [`FrameSource`] / [`PhysMap`] — where physical frames come from and how the
 //!   kernel reaches them (`frame`).
+//! * [`CpuLocal`] — the calling CPU and the guard that keeps a task on it,
+//!   with what it must guarantee under preemption and interrupts (`cpu`).
 //!
 //! Hosted builds (feature `std`) add the shared simulation pieces: a physical
-//! memory `PhysArena` backed by host memory and the `SoftTlb` model with its
-//! `CostModel`. [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
+//! memory `PhysArena` backed by host memory, the `SoftTlb` model with its
+//! `CostModel`, and `ThreadCpus` (each thread is a CPU). [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
 //! the OS supplies.
 //!
 //! Start reading at `layout.rs`, then `dwcas.rs`; the backends live in
@@ -83,9 +88,11 @@ extern crate std;
 
 mod addr;
 mod atomic;
+mod cpu;
 pub mod dwcas;
 pub mod frame;
 pub mod layout;
+mod platform;
 pub mod sync;
 pub mod tlb;
 
@@ -97,11 +104,18 @@ pub mod cost;
 pub mod phys_arena;
 #[cfg(feature = "std")]
 pub mod soft_tlb;
+#[cfg(any(kmm_loom, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 
 pub use addr::{PhysAddr, VirtAddr};
+pub use cpu::CpuLocal;
+#[cfg(feature = "std")]
+pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};
 pub use frame::{FrameError, FrameSource, OffsetPhysMap, PhysMap};
 pub use layout::{EntryKind, LayoutInfo, MapFlags, PageTableEntry, PageTableLayout};
+pub use platform::Platform;
 pub use tlb::{DEFAULT_FLUSH_CEILING_PAGES, TlbFlush, range_list_pages};
 
 #[cfg(feature = "std")]

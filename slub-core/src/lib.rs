@@ -118,8 +118,8 @@ mod tid;
 #[doc(hidden)]
 pub mod loom_mutation;
 
+pub use arch_api::CpuLocal;
 pub use cache::{CacheConfig, CacheFlags, KmemCache};
-pub use cpu_local::CpuLocal;
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
@@ -131,9 +131,9 @@ pub use stats::SlabInfo;
 pub use stats::{CacheStats, NR_STATS, StatItem};
 
 #[cfg(feature = "std")]
-pub use cpu_local::migrating::MigratingCpus;
+pub use arch_api::ThreadCpus;
 #[cfg(feature = "std")]
-pub use cpu_local::thread::ThreadCpus;
+pub use cpu_local::migrating::MigratingCpus;
 #[cfg(feature = "std")]
 pub use page_source::{ArenaPages, SystemPages};
 

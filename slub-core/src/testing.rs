@@ -2,14 +2,4 @@
 //! build with `--cfg kmm_loom`). Not part of the API: an OS neither sees
 //! nor implements any of this, and it may change at any time.
 
-/// Where the tid fast path offers a test backend a preemption point (its
-/// [`CpuLocal::preempt_point`](crate::CpuLocal::preempt_point)): the window
-/// between reading the tid and the freelist and the CAS, where a kernel
-/// with preemption on may be preempted or migrated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreemptPoint {
-    /// Alloc fast path: after reading tid and freelist, before the CAS.
-    AllocWindow,
-    /// Free fast path: after reading tid and freelist, before the CAS.
-    FreeWindow,
-}
+pub use arch_api::testing::PreemptPoint;

@@ -1,0 +1,149 @@
+//! The `CpuLocal` seam (moved here from slub-core, which re-exports it): how the allocators reaches "this CPU's" state and
+//! keeps it consistent.
+//!
+//! The tid fast path runs with **no guard at all**: it reads the current CPU
+//! id, loads that CPU's tid and then its freelist, and publishes the update
+//! with one double-word CAS on that CPU's `(freelist, tid)` cell. The tid
+//! (unique per CPU, stepped on every update) makes the CAS fail if anything
+//! else updated the cell in between or if the task now runs elsewhere, so no
+//! preempt_disable is needed there. Everything else (slow paths, per-CPU
+//! partial lists, the sheaves) runs under [`CpuLocal::pin`]'s guard.
+//!
+//! # What a bare-metal implementation must guarantee
+//!
+//! An OS implements this trait for its kernel (one CPU = one slot):
+//!
+//! * [`nr_cpus`](CpuLocal::nr_cpus): the number of possible CPUs, fixed for
+//!   the life of every cache; CPU ids are `0..nr_cpus`.
+//! * [`current_cpu`](CpuLocal::current_cpu): the id of the CPU the caller is
+//!   running on at the instant of the call (it may be stale right after, if
+//!   preemption is on; the tid handles that). Must be cheap (a `%gs`/`tpidr_el1`
+//!   relative load).
+//! * [`pin`](CpuLocal::pin): returns a guard and the current id; while the
+//!   guard lives the caller stays on that CPU and no other code that touches
+//!   this allocator runs on it: preemption **and** interrupts that may
+//!   allocate are off (`local_irq_save`), or the OS forbids allocation from
+//!   interrupt context. The guard restores the previous state on drop.
+//! * [`pinned_cpu`](CpuLocal::pinned_cpu) (optional, default `None`): the
+//!   current id *only* if the caller is already pinned to that CPU without a
+//!   guard, i.e. the same guarantee as [`pin`](CpuLocal::pin)'s guard holds
+//!   until the caller returns (no other code that touches this allocator can
+//!   run on that CPU id meanwhile). A kernel may answer `Some` in contexts
+//!   that already run with preemption and allocating interrupts off; the
+//!   hosted thread-as-CPU backend answers `Some` for a thread that owns its
+//!   slot. The sheaves fast path then skips the guard altogether.
+//! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
+//!   by code running on their own CPU. The fast path computes the cell's
+//!   address from [`current_cpu`](CpuLocal::current_cpu) and then runs the
+//!   CAS on it; unlike Linux's `%gs`-relative `this_cpu_cmpxchg_double`, the
+//!   address does not follow the task. So the claim holds only where a task
+//!   cannot move to another CPU between the two: a kernel that does not
+//!   preempt or migrate tasks running kernel code, or one whose `pin` guard
+//!   is held across the fast path (then interrupts are the only thing that
+//!   can interleave, against which the CPU-local DW-CAS is atomic). A
+//!   preemptible kernel whose tasks migrate must answer `false`. With
+//!   `true` the fast path uses [`DwCas::compare_exchange_local`]
+//!   (`cmpxchg16b` without LOCK on x86_64); with `false` the SMP flavour,
+//!   atomic against the cell's own CPU too: a task that moved meanwhile
+//!   still updates the cell it read consistently, or fails on a changed tid
+//!   and retries.
+//!
+//! The CAS must hit the cell of the CPU the task runs on *when the CAS
+//! executes* (on x86 Linux it is `%gs`-relative); the hosted backends model
+//! that by re-reading [`current_cpu`](CpuLocal::current_cpu) just before the CAS.
+//!
+//! [`DwCas::compare_exchange_local`]: crate::DwCas::compare_exchange_local
+
+/// Per-CPU addressing and the guard that keeps a task on its CPU (see the
+/// [module docs](self) for the bare-metal contract).
+///
+/// # Safety
+/// Implementations must uphold the guarantees listed in the module docs; in
+/// particular [`pinned_cpu`](Self::pinned_cpu) may answer `Some(id)` only
+/// when the caller has exclusive use of CPU `id` for the rest of the call, as
+/// if it held [`pin`](Self::pin)'s guard, and `OWNER_ONLY_WRITES = true`
+/// must only be claimed when no two threads of execution can run the
+/// allocator on the same CPU id at once (other than an interrupt nesting on
+/// that CPU), because the CPU-local DW-CAS is not atomic against other CPUs.
+pub unsafe trait CpuLocal: Sync {
+    /// Whether only the owning CPU ever writes its per-CPU state (selects the
+    /// CPU-local DW-CAS flavour).
+    const OWNER_ONLY_WRITES: bool;
+
+    /// Whether [`pinned_cpu`](Self::pinned_cpu) can answer `Some` (default
+    /// `false`). If so, the fast paths ask it and nothing else: when it
+    /// answers `None` they leave the operation to the out-of-line slow path,
+    /// which uses [`current_cpu`](Self::current_cpu) and [`pin`](Self::pin).
+    /// If not, the fast paths use `current_cpu` and `pin` inline.
+    const HAS_PINNED_CPU: bool = false;
+
+    /// Held while a task must stay on its CPU (preemption / IRQs off).
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// Number of CPU slots; ids are `0..nr_cpus()`.
+    fn nr_cpus(&self) -> usize;
+
+    /// The current CPU, if the caller has a stable one outside a guard;
+    /// `None` sends the fast path to [`pin`](Self::pin).
+    fn current_cpu(&self) -> Option<usize>;
+
+    /// Pins the caller to its CPU until the guard drops; returns the id.
+    fn pin(&self) -> (Self::Guard<'_>, usize);
+
+    /// The current CPU if the caller is pinned to it already, with no guard
+    /// needed: until the caller returns, nothing else runs this allocator on
+    /// that CPU id (what [`pin`](Self::pin)'s guard would ensure). `None`
+    /// (the default) sends the caller to [`pin`](Self::pin). The sheaves
+    /// fast path asks this first, so that a backend whose pinning is free
+    /// (one thread per slot) pays no guard bookkeeping.
+    #[inline(always)]
+    fn pinned_cpu(&self) -> Option<usize> {
+        None
+    }
+
+    /// Test backends only (feature `testing` or `--cfg kmm_loom`; not part
+    /// of the API, absent otherwise): a point at which the backend may
+    /// preempt or migrate the caller.
+    #[cfg(any(kmm_loom, feature = "testing"))]
+    #[inline(always)]
+    fn preempt_point(&self, at: crate::testing::PreemptPoint) {
+        let _ = at;
+    }
+}
+
+// SAFETY: forwards to `T`.
+unsafe impl<T: CpuLocal> CpuLocal for &T {
+    const OWNER_ONLY_WRITES: bool = T::OWNER_ONLY_WRITES;
+    const HAS_PINNED_CPU: bool = T::HAS_PINNED_CPU;
+    type Guard<'a>
+        = T::Guard<'a>
+    where
+        Self: 'a;
+
+    #[inline(always)]
+    fn nr_cpus(&self) -> usize {
+        (**self).nr_cpus()
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> Option<usize> {
+        (**self).current_cpu()
+    }
+    #[inline(always)]
+    fn pin(&self) -> (Self::Guard<'_>, usize) {
+        (**self).pin()
+    }
+    #[inline(always)]
+    fn pinned_cpu(&self) -> Option<usize> {
+        (**self).pinned_cpu()
+    }
+    #[cfg(any(kmm_loom, feature = "testing"))]
+    #[inline(always)]
+    fn preempt_point(&self, at: crate::testing::PreemptPoint) {
+        (**self).preempt_point(at)
+    }
+}
+
+#[cfg(feature = "std")]
+pub mod thread;

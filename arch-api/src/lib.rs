@@ -88,7 +88,7 @@ extern crate std;
 
 mod addr;
 mod atomic;
-mod cpu;
+pub mod cpu;
 pub mod dwcas;
 pub mod frame;
 pub mod layout;

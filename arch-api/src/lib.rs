@@ -75,7 +75,8 @@
 //!
 //! Hosted builds (feature `std`) add the shared simulation pieces: a physical
 //! memory `PhysArena` backed by host memory, the `SoftTlb` model with its
-//! `CostModel`, and `ThreadCpus` (each thread is a CPU). [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
+//! `CostModel`, `ThreadCpus` (each thread is a CPU) and `HostedCpus` (each
+//! thread declares its CPU). [`sync`] holds the [`Mutex`](sync::Mutex) over the raw lock
 //! the OS supplies.
 //!
 //! Start reading at `layout.rs`, then `dwcas.rs`; the backends live in
@@ -110,6 +111,8 @@ pub mod testing;
 
 pub use addr::{PhysAddr, VirtAddr};
 pub use cpu::CpuLocal;
+#[cfg(feature = "std")]
+pub use cpu::hosted::HostedCpus;
 #[cfg(feature = "std")]
 pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};

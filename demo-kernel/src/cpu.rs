@@ -1,8 +1,9 @@
-//! slub-core's `CpuLocal` for this kernel: one CPU, interrupts masked for
-//! the whole run, so nothing can interleave with an allocation and the
-//! guard has nothing to save.
+//! The kernel's `CpuLocal` (slub-core's CPU and the calling CPU of
+//! vmalloc, `Platform::Cpu`): one CPU, interrupts masked for the whole run,
+//! so nothing can interleave with an allocation and the guard has nothing
+//! to save.
 
-use slub_core::CpuLocal;
+use arch_api::CpuLocal;
 
 /// The only CPU.
 #[derive(Clone, Copy, Debug, Default)]

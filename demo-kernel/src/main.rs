@@ -14,7 +14,8 @@
 //! host builds, tests and lints keep working.
 //!
 //! What an OS implements to embed the crates, walked through on this kernel's
-//! glue (`frames.rs`, `cpu.rs`, `tlb.rs`, `kernel_root`), with its line count:
+//! glue (`frames.rs`, `cpu.rs`, `tlb.rs`, `platform.rs`, `kernel_root`), with
+//! its line count:
 //! `EMBEDDING.md` at the workspace root. Below is only the contract between
 //! this kernel's shared part and its two arch modules.
 //!
@@ -77,6 +78,8 @@ mod cpu;
 mod frames;
 #[cfg(target_os = "none")]
 mod kernel;
+#[cfg(target_os = "none")]
+mod platform;
 
 /// Reports the panic on the console and exits with status 2.
 #[cfg(target_os = "none")]

@@ -1,20 +1,21 @@
 //! `harness test-vmalloc` (SPEC.md story 4): Linux's lib/test_vmalloc.c case
-//! list, run by `--nr-threads` real threads (thread `t` plays CPU `t`),
-//! against vmap-lazy's `NodeVmalloc` over the global-lock front or the
-//! sharded `vmap_node`s. Every case does real work: reserve, back with
-//! frames, map, write, vfree (lazy) and the purges that follow.
+//! list, run by `--nr-threads` real threads (thread `t` plays CPU `t`:
+//! `HostedCpus::run_on(t)`), against vmap-lazy's `Vmalloc` over the
+//! global-lock front (`OneSpace`) or the sharded `vmap_node`s (`Sharded`).
+//! Every case does real work: reserve, back with frames, map, write, vfree
+//! (lazy) and the purges that follow.
 //!
 //! `vm_map_ram_test` maps one caller page through the per-CPU vmap blocks.
 //! `pcpu_alloc_test` has no counterpart (no per-CPU allocator here) and is
 //! emulated with small aligned vmallocs; its JSON entry says so in `note`.
 
 use crate::cli::Common;
-use arch_api::{PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+use arch_api::{HostedCpus, LockedDwCas, PhysArena, Platform, SoftTlb, SoftTlbCpu, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
-use vmap_core::{GlobalVmap, ShardedVmap, VmapNodes};
-use vmap_lazy::{LazyMaxPages, NoCheck, NodeLazy, NodeVmalloc, VmallocError, VmallocMem};
+use vmap_core::VmapNodes;
+use vmap_lazy::{LazyMaxPages, NodeLazy, OneSpace, Sharded, Vmalloc, VmallocError, VmallocMem};
 
 type L = arch_x86_64::X86_64Pml4;
 
@@ -58,7 +59,22 @@ unsafe impl lock_api::RawMutex for YieldMutex {
     }
 }
 
-type DefaultRawMutex = YieldMutex;
+/// The hosted platform of `test-vmalloc` and the soak: vmap-lazy's
+/// `testing::Hosted` on x86_64 tables, with [`YieldMutex`] as the lock.
+pub struct YieldHosted<'a>(core::marker::PhantomData<&'a ()>);
+
+// SAFETY: a `PhysArena`'s frames are host memory nobody else uses until
+// freed, and its direct map reaches every one of them; `HostedCpus` keeps
+// `CpuLocal`'s contract.
+unsafe impl<'a> Platform for YieldHosted<'a> {
+    type Layout = L;
+    type Mem = PhysArena;
+    type Tlb = SoftTlbCpu<'a>;
+    type Cpu = HostedCpus;
+    type Lock = YieldMutex;
+    type DwCas = LockedDwCas;
+}
+
 const PAGE: u64 = 4096;
 const VSTART: u64 = 0xffff_c900_0000_0000;
 /// 1 TiB of vmalloc space.
@@ -118,22 +134,21 @@ impl Rng {
     }
 }
 
-type V<'m, N> = NodeVmalloc<'m, L, PhysArena, SoftTlbCpu<'m>, N, LazyMaxPages, NoCheck, YieldMutex>;
+type V<'m, N> = Vmalloc<'m, YieldHosted<'m>, LazyMaxPages, N>;
 
 fn touch<N: VmapNodes<Lazy = NodeLazy>>(v: &V<'_, N>, a: VirtAddr) -> Result<(), VmallocError> {
     v.write_byte(a, 0)
 }
 
-/// One case on CPU `cpu`; `Err` on an unexpected failure.
+/// One case on the calling thread's CPU; `Err` on an unexpected failure.
 fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
     v: &V<'_, N>,
     bit: u32,
-    cpu: usize,
     loops: u64,
     rng: &mut Rng,
 ) -> Result<(), VmallocError> {
     let alloc_touch_free = |pages: u64, align: u64| -> Result<(), VmallocError> {
-        let a = v.vmalloc_on(cpu, pages * PAGE, align)?;
+        let a = v.vmalloc_aligned(pages * PAGE, align)?;
         touch(v, a)?;
         v.vfree(a)
     };
@@ -146,15 +161,15 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
             let mut ptr = Vec::new();
             let mut junk = Vec::new();
             for _ in 0..n {
-                ptr.push(v.vmalloc_on(cpu, PAGE, PAGE)?);
-                junk.push(v.vmalloc_on(cpu, PAGE, PAGE)?);
+                ptr.push(v.vmalloc_aligned(PAGE, PAGE)?);
+                junk.push(v.vmalloc_aligned(PAGE, PAGE)?);
             }
             for j in junk.drain(..) {
                 v.vfree(j)?;
             }
             for p in ptr.iter_mut() {
                 v.vfree(*p)?;
-                let a = v.vmalloc_on(cpu, PAGE, PAGE)?;
+                let a = v.vmalloc_aligned(PAGE, PAGE)?;
                 touch(v, a)?;
                 *p = a;
             }
@@ -162,7 +177,7 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
         }
         4 => {
             let busy: Vec<_> = (0..15_000)
-                .map(|_| v.vmalloc_on(cpu, PAGE, PAGE))
+                .map(|_| v.vmalloc_aligned(PAGE, PAGE))
                 .collect::<Result<_, _>>()?;
             let r = (0..loops).try_for_each(|_| alloc_touch_free(1, PAGE));
             busy.into_iter().try_for_each(|b| v.vfree(b))?;
@@ -178,7 +193,7 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
             // Alignments 1 << i for every bit: huge ones must fail cleanly.
             for i in 0..64u32 {
                 let align = 1u64 << i;
-                match v.vmalloc_on(cpu, PAGE, align) {
+                match v.vmalloc_aligned(PAGE, align) {
                     Ok(a) => {
                         touch(v, a)?;
                         v.vfree(a)?;
@@ -192,7 +207,7 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
         128 => {
             let mut held = Vec::new();
             for _ in 0..loops.min(35_000) {
-                held.push(v.vmalloc_on(cpu, PAGE, PAGE << rng.below(2))?);
+                held.push(v.vmalloc_aligned(PAGE, PAGE << rng.below(2))?);
             }
             held.into_iter().try_for_each(|p| v.vfree(p))
         }
@@ -203,7 +218,7 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
                 .map_err(VmallocError::OutOfFrames)?;
             let flags = arch_api::MapFlags::WRITE | arch_api::MapFlags::GLOBAL;
             let r = (0..loops).try_for_each(|_| {
-                let a = v.vm_map_ram(cpu, &[frame], flags)?;
+                let a = v.vm_map_ram(&[frame], flags)?;
                 touch(v, a)?;
                 v.vm_unmap_ram(a, 1)
             });
@@ -223,15 +238,9 @@ fn run_with<N: VmapNodes<Lazy = NodeLazy>>(
     let arena = PhysArena::new(1 << 30, PAGE).map_err(|e| e.to_string())?;
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(sim_cpus, PAGE, common.cost_model());
-    let v: V<'_, N> = NodeVmalloc::new(
-        &mem,
-        nodes,
-        tlb.on(0),
-        LazyMaxPages,
-        NoCheck,
-        sim_cpus as u32,
-    )
-    .map_err(|e| e.to_string())?;
+    let cpus = HostedCpus::new(sim_cpus);
+    let v: V<'_, N> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), cpus, LazyMaxPages).map_err(|e| e.to_string())?;
     let cases: Vec<_> = CASES
         .iter()
         .filter(|(_, bit)| args.run_test_mask & bit != 0)
@@ -244,6 +253,7 @@ fn run_with<N: VmapNodes<Lazy = NodeLazy>>(
             .map(|t| {
                 let (v, cases) = (&v, &cases);
                 s.spawn(move || {
+                    HostedCpus::run_on(t);
                     let mut rng =
                         Rng(common.seed.wrapping_mul(0x9e37_79b9) ^ (t as u64 + 1) << 1 | 1);
                     cases
@@ -252,8 +262,7 @@ fn run_with<N: VmapNodes<Lazy = NodeLazy>>(
                             let start = Instant::now();
                             let mut ok = true;
                             for _ in 0..args.test_repeat_count {
-                                if let Err(e) = run_case(v, *bit, t, args.test_loop_count, &mut rng)
-                                {
+                                if let Err(e) = run_case(v, *bit, args.test_loop_count, &mut rng) {
                                     eprintln!("test-vmalloc: thread {t} case {bit}: {e}");
                                     ok = false;
                                 }
@@ -298,14 +307,12 @@ pub fn run(common: &Common, args: &TestVmallocArgs) -> i32 {
         .min(128);
     let (start, end) = (VirtAddr::new(VSTART), VirtAddr::new(VSTART + VSIZE));
     let r = match args.nodes {
-        NodesKind::Global => GlobalVmap::<DefaultRawMutex, NodeLazy>::new(start, end, PAGE)
+        NodesKind::Global => OneSpace::<YieldHosted<'_>>::new(start, end, PAGE)
             .map_err(|e| e.to_string())
             .and_then(|n| run_with(common, args, n, sim_cpus)),
-        NodesKind::Sharded => {
-            ShardedVmap::<DefaultRawMutex, NodeLazy>::new(start, end, PAGE, sim_cpus)
-                .map_err(|e| e.to_string())
-                .and_then(|n| run_with(common, args, n, sim_cpus))
-        }
+        NodesKind::Sharded => Sharded::<YieldHosted<'_>>::new(start, end, PAGE, sim_cpus)
+            .map_err(|e| e.to_string())
+            .and_then(|n| run_with(common, args, n, sim_cpus)),
     };
     let (wall_ns, tlb_cost_ns, tests) = match r {
         Ok(x) => x,

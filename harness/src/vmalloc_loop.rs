@@ -2,7 +2,7 @@
 //! every page through the software MMU, vfree), per policy, side by side.
 //!
 //! The "touch" writes one byte per page through the page table
-//! (`Vmalloc::write_byte`, i.e. zap-walker's `translate`) and records the
+//! (`Vmalloc::write_byte_owned`, one lock-free translation) and records the
 //! translations in the software TLB of simulated CPU `i % cpus`
 //! (`SoftTlb::touch_range`, one lock for the area's pages). Every allocation
 //! is checked by the stale-TLB checker; after the loop a final purge must
@@ -11,14 +11,14 @@
 
 use crate::arch::{Arch, with_layout};
 use crate::cli::Common;
-use arch_api::{PageTableLayout, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+use arch_api::{HostedCpus, PageTableLayout, PhysArena, SoftTlb, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
 use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
+use vmap_lazy::testing::Hosted;
 use vmap_lazy::{
-    Eager, LazyMaxPages, LookupCost, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocConfig,
-    VmallocMem,
+    Eager, LazyMaxPages, LookupCost, OneSpace, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
 };
 
 /// `--policy`, in the order of the story.
@@ -117,13 +117,15 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
     let cpus = common.cpus as usize;
     let tlb = SoftTlb::new(cpus, ps, common.cost_model());
     let checker = StaleTlbChecker::new(&tlb);
-    let cfg = VmallocConfig {
-        vstart: VirtAddr::new(vstart),
-        vend: VirtAddr::new(vend),
-        cpus: common.cpus,
-    };
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, P, F, &StaleTlbChecker<'_>> =
-        Vmalloc::new(&mem, tlb.on(0), policy, &checker, cfg).map_err(|e| e.to_string())?;
+    let window = OneSpace::<Hosted<'_, L>, F>::new(VirtAddr::new(vstart), VirtAddr::new(vend), ps)
+        .map_err(|e| e.to_string())?;
+    // The loop runs on CPU 0 of a `--cpus` machine (lazy_max_pages and the
+    // IPI count follow the count).
+    HostedCpus::run_on(0);
+    let mut v: Vmalloc<'_, Hosted<'_, L>, P, OneSpace<Hosted<'_, L>, F>> =
+        Vmalloc::new(&mem, window, tlb.on(0), HostedCpus::new(cpus), policy)
+            .map_err(|e| e.to_string())?;
+    v.set_alloc_check(&checker);
     let size = args.pages * ps;
     let t0 = Instant::now();
     for i in 0..args.iterations {
@@ -133,7 +135,9 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
         let cpu = (i as usize) % cpus;
         for p in 0..args.pages {
             let va = VirtAddr::new(a.as_u64() + p * ps);
-            v.write_byte(va, i as u8)
+            // SAFETY: `a` was just vmalloc'd by this thread, which alone
+            // uses and frees it (below, after the touch); `va` lies in it.
+            unsafe { v.write_byte_owned(va, i as u8) }
                 .map_err(|e| format!("{name}: touch: {e}"))?;
         }
         tlb.touch_range(cpu, a, VirtAddr::new(a.as_u64() + size));
@@ -143,7 +147,7 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
     let s = v.stats();
     let t = tlb.stats();
     // After the loop: purge what is still lazy, then nothing may remain.
-    v.purge();
+    v.purge_vmap_area_lazy();
     let leaked_pages = (mem.bytes_out() - v.pagetable_bytes()) / ps + v.vmap_lazy_nr();
     let consistent = v.check_consistency().is_ok() && v.areas().is_empty();
     let violations = checker.violations();

@@ -4,11 +4,13 @@
 //! `{"areas":[…],"counters":{…}}`.
 
 use crate::cli::Common;
-use arch_api::{FrameSource, MapFlags, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+use arch_api::{FrameSource, HostedCpus, MapFlags, PhysArena, SoftTlb, VirtAddr};
 use serde_json::json;
-use vmap_lazy::{InfoLine, LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocMem};
+use vmap_lazy::testing::Hosted;
+use vmap_lazy::{InfoLine, LazyMaxPages, OneSpace, Vmalloc, VmallocMem};
 
 type L = arch_x86_64::X86_64Pml4;
+type K<'a> = Hosted<'a, L>;
 const PAGE: u64 = 4096;
 const VSTART: u64 = 0xffff_c900_0000_0000;
 
@@ -27,13 +29,15 @@ fn dump(common: &Common) -> Result<(), String> {
     let arena = PhysArena::new(64 << 20, PAGE).map_err(|e| e.to_string())?;
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(common.cpus as usize, PAGE, common.cost_model());
-    let cfg = VmallocConfig {
-        vstart: VirtAddr::new(VSTART),
-        vend: VirtAddr::new(VSTART + (1 << 34)),
-        cpus: common.cpus,
-    };
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, LazyMaxPages> =
-        Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg).map_err(|e| e.to_string())?;
+    let window = OneSpace::<K<'_>>::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + (1 << 34)),
+        PAGE,
+    )
+    .map_err(|e| e.to_string())?;
+    let cpus = HostedCpus::new(common.cpus as usize);
+    let v: Vmalloc<'_, K<'_>> =
+        Vmalloc::new(&mem, window, tlb.on(0), cpus, LazyMaxPages).map_err(|e| e.to_string())?;
     let e = |e: vmap_lazy::VmallocError| e.to_string();
     let mut live = Vec::new();
     for (i, (pages, caller)) in [
@@ -46,7 +50,7 @@ fn dump(common: &Common) -> Result<(), String> {
     .into_iter()
     .enumerate()
     {
-        let a = v.vmalloc_caller(pages * PAGE, caller).map_err(e)?;
+        let a = v.vmalloc_caller(pages * PAGE, PAGE, caller).map_err(e)?;
         if i % 2 == 1 {
             v.vfree(a).map_err(e)?; // stays lazy
         } else {
@@ -105,7 +109,7 @@ fn dump(common: &Common) -> Result<(), String> {
     for a in live {
         v.vfree(a).map_err(e)?;
     }
-    v.purge();
+    v.purge_vmap_area_lazy();
     for f in frames {
         arena.free(f, PAGE).map_err(|e| e.to_string())?;
     }

@@ -1,10 +1,12 @@
 //! Criterion bench: one vmalloc(4 pages) / write every page / vfree round
 //! trip per purge policy and free-area search (the vmalloc-loop body).
 
-use arch_api::{CostModel, PhysArena, SoftTlb, VirtAddr};
+use arch_api::{CostModel, HostedCpus, PhysArena, SoftTlb, VirtAddr};
 use criterion::{Criterion, criterion_group, criterion_main};
+use vmap_core::GlobalVmap;
 use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
-use vmap_lazy::{Eager, LazyMaxPages, PurgePolicy, Vmalloc, VmallocConfig, VmallocMem};
+use vmap_lazy::testing::Hosted;
+use vmap_lazy::{Eager, LazyMaxPages, OneSpace, PurgePolicy, Vmalloc, VmallocMem};
 
 type L = arch_x86_64::X86_64Pml4;
 const PAGE: u64 = 4096;
@@ -13,13 +15,14 @@ fn bench_one<P: PurgePolicy + Default, F: FreeAreaSearch>(c: &mut Criterion, nam
     let arena = PhysArena::new(64 << 20, PAGE).expect("arena");
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(8, PAGE, CostModel::default());
-    let cfg = VmallocConfig {
-        vstart: VirtAddr::new(0xffff_c900_0000_0000),
-        vend: VirtAddr::new(0xffff_c908_0000_0000),
-        cpus: 8,
-    };
-    let v: Vmalloc<'_, L, PhysArena, _, P, F> =
-        Vmalloc::new(&mem, tlb.on(0), P::default(), vmap_lazy::NoCheck, cfg).expect("vmalloc");
+    let space = GlobalVmap::new(
+        VirtAddr::new(0xffff_c900_0000_0000),
+        VirtAddr::new(0xffff_c908_0000_0000),
+        PAGE,
+    )
+    .expect("space");
+    let v: Vmalloc<'_, Hosted<'_, L>, P, OneSpace<Hosted<'_, L>, F>> =
+        Vmalloc::new(&mem, space, tlb.on(0), HostedCpus::new(8), P::default()).expect("vmalloc");
     let mut i = 0usize;
     c.bench_function(name, |b| {
         b.iter(|| {

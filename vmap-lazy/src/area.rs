@@ -52,18 +52,6 @@ pub struct AreaInfo {
     pub state: AreaState,
 }
 
-/// The virtual range and the CPU count of a [`Vmalloc`](crate::Vmalloc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VmallocConfig {
-    /// Start of the vmalloc range (`VMALLOC_START`).
-    pub vstart: VirtAddr,
-    /// End of the vmalloc range (`VMALLOC_END`).
-    pub vend: VirtAddr,
-    /// CPUs of the system: `lazy_max_pages` grows with it, and it sizes
-    /// the per-CPU vmap blocks of `vm_map_ram` (CPU ids below it).
-    pub cpus: u32,
-}
-
 /// Counters, as the harness and vmallocinfo report them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VmallocStats {

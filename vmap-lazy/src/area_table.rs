@@ -19,13 +19,19 @@ use alloc::vec::Vec;
 const FIB: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Start address → area, unordered.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AreaTable {
     /// A power-of-two number of slots (or none).
     slots: Vec<Option<AreaInfo>>,
     len: usize,
     /// `64 - log2(slots.len())`.
     shift: u32,
+}
+
+impl Default for AreaTable {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl AreaTable {
@@ -39,6 +45,7 @@ impl AreaTable {
     }
 
     /// Areas in the table.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -67,6 +74,11 @@ impl AreaTable {
     }
 
     /// The area starting at `key`.
+    #[cfg(feature = "testing")]
+    pub(crate) fn get(&self, key: u64) -> Option<&AreaInfo> {
+        self.find(key).and_then(|i| self.slots[i].as_ref())
+    }
+
     pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut AreaInfo> {
         let i = self.find(key)?;
         self.slots[i].as_mut()

@@ -2,8 +2,8 @@
 //!
 //! Lazy flushing is correct only if a virtual range is never handed out again
 //! while some CPU may still hold a translation for it. [`AllocCheck`] is the
-//! hook the allocator calls with every range it hands out; [`NoCheck`] is the
-//! bare-metal default. Hosted test support (features `std` and `testing`),
+//! hook a vmalloc calls with every range it hands out once a test set one
+//! (`Vmalloc::set_alloc_check`; feature `testing`, test support only). With `std`,
 //! [`StaleTlbChecker`] asks the software TLB model
 //! ([`SoftTlb::holder`]) whether any simulated CPU may still translate an
 //! address in the new range, and counts violations.
@@ -16,15 +16,6 @@ use arch_api::VirtAddr;
 pub trait AllocCheck: Sync {
     /// `[start, end)` was just reserved for a new area.
     fn on_alloc(&self, start: VirtAddr, end: VirtAddr);
-}
-
-/// No check (bare metal).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoCheck;
-
-impl AllocCheck for NoCheck {
-    #[inline]
-    fn on_alloc(&self, _: VirtAddr, _: VirtAddr) {}
 }
 
 impl<C: AllocCheck + ?Sized> AllocCheck for &C {

@@ -1,25 +1,33 @@
-//! Lazy-free accounting: `vmap_lazy_nr` and the per-node lazy lists.
+//! Lazy-free accounting: each node's lazy list and `vmap_lazy_nr`.
 //!
-//! A freed area is unmapped at once but its virtual range stays reserved on a
-//! lazy list until a purge has flushed the TLB for it. `vmap_lazy_nr` counts
-//! the pages on the lists; the purge policy reads it.
+//! A freed area is unmapped at once but its virtual range stays reserved on
+//! its node's lazy list until a purge has flushed the TLB for it.
+//! `vmap_lazy_nr` counts the pages on the lists; the purge policy reads it.
+//!
+//! Each node keeps its list, its count of lazy pages and its record of
+//! areas in a [`NodeLazy`] under the node's own lock (the front's lazy
+//! slot), so a `vfree` writes nothing another node's CPU writes. The shared
+//! counter the policy reads ([`LazyCount`]) is fed in batches, as Linux's
+//! `percpu_counter`: a node adds its pages once they reach the batch (1 on a
+//! one-node front, so the counter is exact there), short by less than one
+//! batch per node.
 //!
 //! The ordering is the point (Linux's 2010 lazy-free accounting had "a racy
 //! flag then atomic add": `vmap_lazy_nr` went wrong when a purge ran between
-//! the two steps):
-//! [`add`](LazyAccount::add) counts the pages FIRST and only then publishes
-//! the area on a list. A purge can only take areas that are published, so it
-//! only ever subtracts pages already counted: the counter never underflows,
-//! and between the two steps it over-counts by at most the pages of the areas
-//! in flight (a purge may come a little early, never a page forgotten).
-//! Publishing first (the 2.6.34 order) lets a purge take the area and
-//! subtract its pages before they were added: the counter wraps below zero
-//! and the later add leaves pages counted that no list holds. The loom models
-//! (`tests/loom_lazy_purge*.rs`) check both orders.
+//! the two steps). Here a node's list, its count and its share of the
+//! shared counter change together, inside one critical section of the
+//! node's lock: [`NodeLazy::publish`] adds to the shared counter before the
+//! lock is dropped, and a purge takes a list and the pages it had added to
+//! the shared counter under the same lock. A purge therefore subtracts only
+//! pages already added: the counter never underflows, and no page stays
+//! counted that no list holds. Adding after the lock is dropped (the 2.6.34
+//! order, "publish, then count") lets a purge take the area and subtract
+//! its pages before they were added. The loom models
+//! (`tests/loom_lazy_purge*.rs`) check both orders on this code.
 
+use crate::area_table::AreaTable;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use alloc::vec::Vec;
-use arch_api::sync::{Mutex, RawMutex};
 
 /// One lazily freed area on a lazy list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,130 +38,134 @@ pub struct LazyRange {
     pub end: u64,
     /// Pages counted in `vmap_lazy_nr` for it.
     pub pages: u64,
-    /// Whether the virtual range was already released (only a deliberately
-    /// broken policy does that; see `PurgePolicy::release_before_flush`).
+    /// Whether the virtual range was already released (only the
+    /// deliberately broken test order does that; feature `testing`).
     pub released: bool,
 }
 
-/// What one purge took off the lazy lists.
+/// One node's lazy-free state: its areas, its lazy list and its count of
+/// lazy pages. The front keeps it under the node's lock; vmalloc reaches it
+/// through [`VmapNodes::with_lazy`](vmap_core::VmapNodes::with_lazy).
 #[derive(Debug, Default)]
-pub struct PurgeBatch {
-    /// The areas, in no particular order.
-    pub ranges: Vec<LazyRange>,
-    /// Their pages in total.
-    pub pages: u64,
-    /// The union range `[start, end)` one flush must cover.
-    pub start: u64,
-    /// End of the union range.
-    pub end: u64,
+pub struct NodeLazy {
+    /// The node's areas, live and lazy, by start address (`vfree`'s one
+    /// search).
+    pub(crate) areas: AreaTable,
+    lazy: Vec<LazyRange>,
+    /// Pages on `lazy`.
+    lazy_pages: u64,
+    /// The part of `lazy_pages` not yet added to the shared counter.
+    unfolded: u64,
 }
 
-/// `vmap_lazy_nr` and the lazy lists of `nodes` vmap nodes.
-pub struct LazyAccount<R: RawMutex> {
+/// The shared `vmap_lazy_nr` the purge trigger reads, fed by the nodes in
+/// batches.
+#[derive(Debug)]
+pub struct LazyCount {
     nr: AtomicU64,
     underflows: AtomicU64,
-    lists: Vec<Mutex<R, Vec<LazyRange>>>,
+    batch: u64,
 }
 
-impl<R: RawMutex> core::fmt::Debug for LazyAccount<R> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("LazyAccount")
-            .field("vmap_lazy_nr", &self.nr())
-            .field("nodes", &self.lists.len())
-            .field("underflows", &self.underflows())
-            .finish()
-    }
-}
-
-impl<R: RawMutex> LazyAccount<R> {
-    /// Empty lists for `nodes` vmap nodes (at least 1).
-    pub fn new(nodes: usize) -> Self {
+impl LazyCount {
+    /// A zero counter that nodes feed every `batch` pages (at least 1).
+    pub fn new(batch: u64) -> Self {
         Self {
             nr: AtomicU64::new(0),
             underflows: AtomicU64::new(0),
-            lists: (0..nodes.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
+            batch: batch.max(1),
         }
     }
 
-    /// `vmap_lazy_nr`: pages lazily freed and not yet purged (the value may
-    /// include areas being added right now).
+    /// The pages the nodes have added (each node may hold back less than a
+    /// batch).
     pub fn nr(&self) -> u64 {
         self.nr.load(Ordering::Acquire)
     }
 
-    /// Times a purge subtracted more than was counted (0 unless the
+    /// Times a purge subtracted more than was added (0 unless the
     /// accounting is broken).
     pub fn underflows(&self) -> u64 {
         self.underflows.load(Ordering::Relaxed)
     }
 
-    /// Adds a freed area to node `node`'s list (`node` taken modulo the
-    /// number of lists): count, then publish.
-    pub fn add(&self, node: usize, r: LazyRange) {
-        let list = &self.lists[node % self.lists.len()];
-        #[cfg(kmm_loom)]
-        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PUBLISH_BEFORE_COUNT) {
-            // Mutation: the 2.6.34 order (mark lazy / publish, then add).
-            list.lock().push(r);
-            self.nr.fetch_add(r.pages, Ordering::AcqRel);
-            return;
+    /// After the node's lock is dropped: adds what
+    /// [`NodeLazy::publish`] left to add (nothing, unless a broken test
+    /// variant is active).
+    #[inline]
+    pub fn add_late(&self, pages: u64) {
+        if pages != 0 {
+            self.nr.fetch_add(pages, Ordering::AcqRel);
         }
-        self.nr.fetch_add(r.pages, Ordering::AcqRel);
-        list.lock().push(r);
     }
 
-    /// Takes every node's list (one purge covers them all); `None` when all
-    /// are empty. The pages stay counted until [`retire`](Self::retire).
-    pub fn take(&self) -> Option<PurgeBatch> {
-        let mut batch = PurgeBatch {
-            ranges: Vec::new(),
-            pages: 0,
-            start: u64::MAX,
-            end: 0,
-        };
-        for list in &self.lists {
-            let mut l = list.lock();
-            if l.is_empty() {
-                continue;
-            }
-            if batch.ranges.is_empty() {
-                core::mem::swap(&mut batch.ranges, &mut l);
-            } else {
-                batch.ranges.append(&mut l);
-            }
-        }
-        if batch.ranges.is_empty() {
-            return None;
-        }
-        for r in &batch.ranges {
-            batch.pages += r.pages;
-            batch.start = batch.start.min(r.start);
-            batch.end = batch.end.max(r.end);
-        }
-        Some(batch)
-    }
-
-    /// A purge of `pages` pages is complete: subtract them.
-    pub fn retire(&self, pages: u64) {
-        let prev = self.nr.fetch_sub(pages, Ordering::AcqRel);
-        if prev < pages {
+    /// A purge is done with lists that had added `folded` pages: subtract
+    /// them.
+    pub fn retire(&self, folded: u64) {
+        if self.nr.fetch_sub(folded, Ordering::AcqRel) < folded {
             self.underflows.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
 
-    /// Pages on the lists right now (locks each list; for checks).
-    pub fn listed_pages(&self) -> u64 {
-        self.lists
-            .iter()
-            .map(|l| l.lock().iter().map(|r| r.pages).sum::<u64>())
-            .sum()
+impl NodeLazy {
+    /// Puts `r` on this node's lazy list and counts its pages; the caller
+    /// holds the node's lock. Returns pages the caller must add with
+    /// [`LazyCount::add_late`] after dropping the lock (always 0 in the
+    /// shipped order).
+    pub(crate) fn publish(&mut self, r: LazyRange, shared: &LazyCount) -> u64 {
+        self.lazy.push(r);
+        self.lazy_pages += r.pages;
+        #[cfg(kmm_loom)]
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::PUBLISH_BEFORE_COUNT) {
+            // Mutation: the 2.6.34 order; the pages count as added (a purge
+            // will subtract them) but are added only after the lock drops.
+            return r.pages;
+        }
+        self.unfolded += r.pages;
+        if self.unfolded >= shared.batch {
+            // Inside the lock: the purge that takes these pages back takes
+            // the lock after this add.
+            shared
+                .nr
+                .fetch_add(core::mem::take(&mut self.unfolded), Ordering::AcqRel);
+        }
+        0
+    }
+
+    /// Takes the lazy list; the caller holds the node's lock. Returns the
+    /// list and the pages it had added to the shared counter (to
+    /// [`LazyCount::retire`] once the flush is done).
+    pub(crate) fn take(&mut self) -> (Vec<LazyRange>, u64) {
+        let folded = self.lazy_pages - self.unfolded;
+        self.lazy_pages = 0;
+        self.unfolded = 0;
+        (core::mem::take(&mut self.lazy), folded)
+    }
+
+    /// Pages on this node's lazy list.
+    pub(crate) fn lazy_pages(&self) -> u64 {
+        self.lazy_pages
+    }
+}
+
+/// The accounting for the loom models (`tests/loom_lazy_purge*.rs`).
+#[cfg(kmm_loom)]
+impl NodeLazy {
+    /// [`publish`](Self::publish).
+    pub fn loom_publish(&mut self, r: LazyRange, shared: &LazyCount) -> u64 {
+        self.publish(r, shared)
+    }
+
+    /// [`take`](Self::take).
+    pub fn loom_take(&mut self) -> (Vec<LazyRange>, u64) {
+        self.take()
     }
 }
 
 #[cfg(all(test, not(kmm_loom)))]
 mod tests {
     use super::*;
-    use arch_api::sync::DefaultRawMutex;
 
     fn r(start: u64, pages: u64) -> LazyRange {
         LazyRange {
@@ -165,22 +177,19 @@ mod tests {
     }
 
     #[test]
-    fn take_unions_all_nodes_and_retire_balances() {
-        let a = LazyAccount::<DefaultRawMutex>::new(3);
-        assert!(a.take().is_none());
-        a.add(0, r(0x10000, 2));
-        a.add(2, r(0x4000, 1));
-        a.add(5, r(0x20000, 4)); // node 5 % 3 == 2
-        assert_eq!(a.nr(), 7);
-        assert_eq!(a.listed_pages(), 7);
-        let b = a.take().expect("three areas");
-        assert_eq!(b.ranges.len(), 3);
-        assert_eq!((b.start, b.end, b.pages), (0x4000, 0x24000, 7));
-        assert_eq!(a.listed_pages(), 0);
-        assert_eq!(a.nr(), 7, "pages stay counted until retired");
-        a.retire(b.pages);
-        assert_eq!((a.nr(), a.underflows()), (0, 0));
-        a.retire(1);
-        assert_eq!(a.underflows(), 1, "an over-subtraction is recorded");
+    fn publish_feeds_the_shared_count_in_batches_and_take_balances() {
+        let shared = LazyCount::new(4);
+        let mut n = NodeLazy::default();
+        assert_eq!(n.publish(r(0x10000, 2), &shared), 0);
+        assert_eq!((shared.nr(), n.lazy_pages()), (0, 2), "under a batch");
+        assert_eq!(n.publish(r(0x20000, 3), &shared), 0);
+        assert_eq!(shared.nr(), 5, "a batch reached: all of it added");
+        n.publish(r(0x30000, 1), &shared);
+        let (list, folded) = n.take();
+        assert_eq!((list.len(), folded, n.lazy_pages()), (3, 5, 0));
+        shared.retire(folded);
+        assert_eq!((shared.nr(), shared.underflows()), (0, 0));
+        shared.retire(1);
+        assert_eq!(shared.underflows(), 1, "an over-subtraction is recorded");
     }
 }

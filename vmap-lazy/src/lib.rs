@@ -6,59 +6,75 @@
 //!
 //! # Example
 //!
-//! A vmalloc window over the kernel's frames and TLB; here the hosted
-//! `PhysArena` and software TLB of 4 CPUs (feature `std`):
+//! A kernel names its platform once (here a hosted stand-in: frames from a
+//! `PhysArena`, the software TLB of 4 CPUs, x86_64 tables; feature `std`)
+//! and builds a vmalloc over a window of its address space:
 //!
 //! ```
-//! use arch_api::{CostModel, PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+//! use arch_api::sync::DefaultRawMutex;
+//! use arch_api::{CostModel, HostedCpus, LockedDwCas, PhysArena, Platform, SoftTlb, SoftTlbCpu, VirtAddr};
 //! use arch_x86_64::X86_64Pml4;
-//! use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocError, VmallocMem};
+//! use vmap_lazy::{LazyMaxPages, OneSpace, Vmalloc, VmallocMem};
+//!
+//! struct MyKernel<'a>(core::marker::PhantomData<&'a ()>);
+//! // SAFETY: a `PhysArena`'s frames are host memory nobody else uses until
+//! // freed, reached through its direct map; `HostedCpus` keeps `CpuLocal`'s
+//! // contract.
+//! unsafe impl<'a> Platform for MyKernel<'a> {
+//!     type Layout = X86_64Pml4;
+//!     type Mem = PhysArena;
+//!     type Tlb = SoftTlbCpu<'a>;
+//!     type Cpu = HostedCpus;
+//!     type Lock = DefaultRawMutex;
+//!     type DwCas = LockedDwCas;
+//! }
 //!
 //! const PAGE: u64 = 4096;
 //! let frames = PhysArena::new(4 << 20, PAGE).unwrap();
 //! let mem = VmallocMem::new(&frames);
 //! let tlb = SoftTlb::new(4, PAGE, CostModel::FREE);
-//! let config = VmallocConfig {
-//!     vstart: VirtAddr::new(0xffff_c900_0000_0000),
-//!     vend: VirtAddr::new(0xffff_c900_1000_0000),
-//!     cpus: 4,
-//! };
-//! let v: Vmalloc<'_, X86_64Pml4, PhysArena, SoftTlbCpu<'_>> =
-//!     Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, config)?;
+//! let window = OneSpace::<MyKernel>::new(
+//!     VirtAddr::new(0xffff_c900_0000_0000),
+//!     VirtAddr::new(0xffff_c900_1000_0000),
+//!     PAGE,
+//! )?;
+//! let v: Vmalloc<'_, MyKernel> = Vmalloc::new(&mem, window, tlb.on(0), HostedCpus::new(4), LazyMaxPages)?;
 //!
 //! let a = v.vmalloc(3 * PAGE)?;
 //! v.vfree(a)?; // entries cleared now, no TLB flush yet
 //! assert_eq!(v.vmap_lazy_nr(), 3);
-//! let report = v.purge(); // one flush for every lazy range, then reuse
+//! let report = v.purge_vmap_area_lazy(); // one flush for every lazy range, then reuse
 //! assert_eq!(report.pages, 3);
 //! assert_eq!(v.vmalloc(PAGE)?, a);
-//! # Ok::<(), VmallocError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! A kernel with its page table already running uses
+//! [`Vmalloc::attach`] with the root instead of `new`.
 //!
 //! `vfree` clears an area's page-table entries at once but does not flush
 //! the TLB: the range stays reserved on a lazy list, counted in
 //! `vmap_lazy_nr`, until `purge_vmap_area_lazy` flushes the union of all lazy
 //! ranges ONCE and only then releases them for reuse.
 //!
-//! The seam is [`PurgePolicy`] (when to purge): [`LazyMaxPages`] (default,
-//! Linux's `lazy_max_pages`), [`Eager`] (purge on every free) and
-//! [`LookupCost`] (purge when a search got expensive). Each range handed out
-//! goes through an [`AllocCheck`] ([`NoCheck`] by default); hosted test
-//! builds (features `std` + `testing`) add `StaleTlbChecker`, which proves on
-//! the software TLB model that no range is handed out while a CPU may still
-//! translate it.
+//! The seams: the platform ([`arch_api::Platform`]); [`PurgePolicy`] (when
+//! to purge): [`LazyMaxPages`] (default, Linux's `lazy_max_pages`),
+//! [`Eager`] (purge on every free) and [`LookupCost`] (purge when a search
+//! got expensive); the virtual-address front, vmap-core's `VmapNodes`:
+//! [`OneSpace`] (default; one space under one lock, searched by a
+//! `FreeAreaSearch` policy) or [`Sharded`] (Linux 6.9's `vmap_node`s, a
+//! lazy list per node, one purge flushing the union of all nodes' lazy
+//! ranges). Hosted test builds (features `std` + `testing`) add the
+//! `StaleTlbChecker`, which proves on the software TLB model that no range
+//! is handed out while a CPU may still translate it.
 //!
-//! [`NodeVmalloc`] runs the same protocol over vmap-core's concurrent fronts
-//! (sharded `vmap_node`s or one global lock), with a lazy list per node and
-//! one purge flushing the union of all nodes' lazy ranges.
+//! `vm_map_ram` serves small mappings from per-CPU vmap blocks
+//! (`vmap_block.rs`) and, beyond Linux, reuses freed space in a block once
+//! a flush has covered it.
 //!
-//! `vm_map_ram` (on both fronts) serves small mappings from per-CPU vmap blocks
-//! (`vmap_block.rs`) and, beyond Linux, reuses freed space in a block once a
-//! flush has covered it.
-//!
-//! Start reading at `vmalloc.rs`, then `lazy.rs` (the accounting and its
-//! ordering), `purge/` and `checker.rs`. Without the `alloc` feature only the
-//! policies and errors are built.
+//! Start reading at `vmalloc/mod.rs`, then `vmalloc/free.rs` and `lazy.rs`
+//! (the accounting and its ordering), `purge/` and `checker.rs`. Without
+//! the `alloc` feature only the policies and errors are built.
 #![no_std]
 #![deny(missing_docs)]
 
@@ -72,6 +88,7 @@ mod area;
 #[cfg(feature = "alloc")]
 mod area_table;
 mod backing;
+#[cfg(feature = "testing")]
 mod checker;
 mod error;
 #[cfg(feature = "alloc")]
@@ -82,11 +99,12 @@ mod info;
 mod lazy;
 #[cfg(feature = "alloc")]
 mod mapper;
-#[cfg(feature = "alloc")]
-mod nodes;
 pub mod purge;
 #[cfg(feature = "alloc")]
 mod sync;
+#[cfg(all(feature = "std", feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 #[cfg(feature = "alloc")]
 mod vmalloc;
 #[cfg(feature = "alloc")]
@@ -97,32 +115,25 @@ mod vmap_block;
 pub mod loom_mutation;
 
 #[cfg(feature = "alloc")]
-pub use area::{AreaInfo, AreaKind, AreaState, PurgeReport, VmallocConfig, VmallocStats};
+pub use area::{AreaInfo, AreaKind, AreaState, PurgeReport, VmallocStats};
 pub use backing::VmallocMem;
-pub use checker::{AllocCheck, NoCheck};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use checker::AllocCheck;
 #[cfg(all(feature = "std", feature = "testing"))]
+#[doc(hidden)]
 pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
 #[cfg(feature = "alloc")]
 pub use info::{InfoLine, vmallocinfo};
 // The lazy accounting, for the loom models only (`tests/loom_lazy_purge*.rs`).
+#[cfg(feature = "alloc")]
+pub use lazy::NodeLazy;
 #[cfg(all(feature = "alloc", kmm_loom))]
 #[doc(hidden)]
-pub use lazy::{LazyAccount, LazyRange, PurgeBatch};
-#[cfg(feature = "alloc")]
-pub use nodes::{NodeLazy, NodeVmalloc};
+pub use lazy::{LazyCount, LazyRange};
 pub use purge::{Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy};
 #[cfg(feature = "alloc")]
-pub use vmalloc::Vmalloc;
+pub use vmalloc::{OneSpace, Sharded, Vmalloc};
 #[cfg(feature = "alloc")]
 pub use vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC};
-
-cfg_if::cfg_if! {
-    if #[cfg(target_arch = "x86_64")] {
-        /// The target's default page-table layout.
-        pub type DefaultLayout = arch_x86_64::X86_64Pml4;
-    } else if #[cfg(target_arch = "aarch64")] {
-        /// The target's default page-table layout.
-        pub type DefaultLayout = arch_aarch64::Aarch64Granule4K;
-    }
-}

@@ -5,8 +5,9 @@ use arch_api::sync::MutationSwitch;
 
 /// All correct.
 pub const NONE: u8 = 0;
-/// `LazyAccount::add` publishes the area on the lazy list before adding its
-/// pages to `vmap_lazy_nr` (the 2.6.34 "flag then atomic add" order).
+/// `NodeLazy::publish` puts the area on the lazy list under the node's lock
+/// but adds its pages to `vmap_lazy_nr` after the lock is dropped (the
+/// 2.6.34 "flag then atomic add" order).
 pub const PUBLISH_BEFORE_COUNT: u8 = 1;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`

@@ -1,5 +1,4 @@
-//! `Mapper`: the page-table side of vmalloc, shared by [`Vmalloc`] and
-//! [`NodeVmalloc`]: backing frames in, map, unmap without a flush, and the
+//! `Mapper`: the page-table side of [`Vmalloc`]: backing frames in, map, unmap without a flush, and the
 //! software MMU. One lock (`init_mm`'s page-table lock) around one walker,
 //! and beside it the walker's [`LeafPath`]: small areas inside last-level
 //! tables that exist are mapped and cleared without that lock (Linux writes
@@ -7,7 +6,6 @@
 //! never freed); only populating a table takes it.
 //!
 //! [`Vmalloc`]: crate::Vmalloc
-//! [`NodeVmalloc`]: crate::NodeVmalloc
 
 use crate::backing::VmallocMem;
 use crate::error::VmallocError;
@@ -77,7 +75,7 @@ where
         // used only through `&self`, so never after the walker is dropped.
         // Every range it maps or clears is a vmalloc area's, which has one
         // owner from its reservation until its purge (see `unmap_cached`
-        // and `NodeVmalloc::write_byte`).
+        // and `Vmalloc::write_byte`).
         let leaf = unsafe { walker.leaf_path() };
         Ok(Self {
             mem: walker.mem(),
@@ -222,7 +220,7 @@ where
     /// whose frames go to `cache` instead of the frame source: cleared
     /// through the leaf path without the page-table lock (the area has one
     /// owner, and writes to it take its node lock, see
-    /// `NodeVmalloc::write_byte`). An area the leaf path declines (it
+    /// `Vmalloc::write_byte`). An area the leaf path declines (it
     /// crosses a last-level table; rare for small areas) goes through
     /// `unmap_noflush`, its frames straight back to the source.
     pub(crate) fn unmap_cached(
@@ -299,7 +297,7 @@ where
         // `unmap_noflush`'s leaf-path clear) can clear the entry meanwhile,
         // and a frame is given back only after its entry is clear;
         // concurrent writers through this call are serialised. The unlocked
-        // zap (`unmap_cached`) only clears `NodeVmalloc`'s vmalloc areas,
+        // zap (`unmap_cached`) only clears vmalloc areas,
         // whose writes go through `write_byte_owned` under the node lock
         // instead, never here.
         unsafe { self.write_through(pt.translate(va), va, byte) }

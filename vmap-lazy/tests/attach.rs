@@ -6,11 +6,11 @@
 
 mod common;
 
-use arch_api::{FrameSource, PhysAddr, PhysArena, PhysMap, SoftTlbCpu, VirtAddr};
+use arch_api::{FrameSource, HostedCpus, PhysAddr, PhysArena, PhysMap, VirtAddr};
 use common::*;
 use std::collections::BTreeMap;
 use vmap_core::ShardedVmap;
-use vmap_lazy::{LazyMaxPages, NoCheck, NodeLazy, NodeVmalloc, Vmalloc, VmallocMem};
+use vmap_lazy::{LazyMaxPages, NodeLazy, Vmalloc, VmallocMem};
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
     Translate,
@@ -112,14 +112,14 @@ fn vmalloc_maps_into_the_kernels_own_table() {
     let tlb = tlb();
     // SAFETY: the kernel's PML4, in arena memory; nothing else writes
     // inside the window while `v` lives.
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>> = unsafe {
+    let v: Vmalloc<'_, K<'_>> = unsafe {
         Vmalloc::attach(
             &mem,
             kernel.root,
+            space(pages),
             tlb.on(0),
+            cpus(),
             LazyMaxPages,
-            NoCheck,
-            cfg(pages),
         )
     }
     .unwrap();
@@ -179,21 +179,13 @@ fn sharded_vmalloc_maps_into_the_kernels_own_table() {
     )
     .unwrap();
     // SAFETY: as above.
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _> = unsafe {
-        NodeVmalloc::attach(
-            &mem,
-            kernel.root,
-            nodes,
-            tlb.on(0),
-            LazyMaxPages,
-            NoCheck,
-            4,
-        )
-    }
-    .unwrap();
+    let v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
+        unsafe { Vmalloc::attach(&mem, kernel.root, nodes, tlb.on(0), cpus(), LazyMaxPages) }
+            .unwrap();
     let mut got = Vec::new();
     for cpu in 0..CPUS {
-        let a = v.vmalloc_on(cpu, 2 * PAGE, PAGE).unwrap();
+        HostedCpus::run_on(cpu);
+        let a = v.vmalloc(2 * PAGE).unwrap();
         v.write_byte(a, 7).unwrap();
         assert!(kernel.translate(a.as_u64()).is_some());
         got.push(a);

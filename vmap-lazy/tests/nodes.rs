@@ -1,13 +1,13 @@
-//! NodeVmalloc over the sharded nodes and the global lock, with real threads:
+//! Vmalloc over the sharded nodes and the global lock, with real threads:
 //! per-node lazy lists, one purge for all nodes, nothing leaked, no stale TLB.
 
 mod common;
 
-use arch_api::{PhysArena, SoftTlb, SoftTlbCpu, VirtAddr};
+use arch_api::{HostedCpus, SoftTlb, VirtAddr};
 use common::*;
 use vmap_core::{GlobalVmap, ShardedVmap, VmapNodes};
 use vmap_lazy::{
-    LazyMaxPages, NodeLazy, NodeVmalloc, PurgeCtx, PurgePolicy, StaleTlbChecker, VmallocError,
+    LazyMaxPages, NodeLazy, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocError,
     VmallocMem,
 };
 
@@ -36,8 +36,9 @@ fn hammer<N: VmapNodes<Lazy = NodeLazy>>(make: impl FnOnce() -> N) {
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let checker = StaleTlbChecker::new(&tlb);
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, N, Small, &StaleTlbChecker<'_>> =
-        NodeVmalloc::new(&mem, make(), tlb.on(0), Small, &checker, CPUS as u32).unwrap();
+    let mut v: Vmalloc<'_, K<'_>, Small, N> =
+        Vmalloc::new(&mem, make(), tlb.on(0), cpus(), Small).unwrap();
+    v.set_alloc_check(&checker);
     std::thread::scope(|s| {
         for cpu in 0..CPUS {
             let (v, tlb) = (&v, &tlb);
@@ -45,7 +46,7 @@ fn hammer<N: VmapNodes<Lazy = NodeLazy>>(make: impl FnOnce() -> N) {
                 let mut held = Vec::new();
                 for i in 0..300u64 {
                     let pages = 1 + (i + cpu as u64) % 4;
-                    let a = v.vmalloc_on(cpu, pages * PAGE, PAGE).unwrap();
+                    let a = on_cpu(cpu, &v).vmalloc_aligned(pages * PAGE, PAGE).unwrap();
                     for p in 0..pages {
                         let va = VirtAddr::new(a.as_u64() + p * PAGE);
                         v.write_byte(va, 1).unwrap();
@@ -126,14 +127,14 @@ fn lazy_count_is_exact_and_the_trigger_lags_by_under_a_batch_per_node() {
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let nodes = sharded();
     let watch = Watch::default();
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, &Watch> =
-        NodeVmalloc::new(&mem, nodes, tlb.on(0), &watch, vmap_lazy::NoCheck, 4).unwrap();
+    let v: Vmalloc<'_, K<'_>, &Watch, _> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), &watch).unwrap();
     let mut total = 0;
     for round in 0..3 {
         for i in 0..200u64 {
             let cpu = (i % CPUS as u64) as usize;
             let pages = 1 + i % 3;
-            let a = v.vmalloc_on(cpu, pages * PAGE, PAGE).unwrap();
+            let a = on_cpu(cpu, &v).vmalloc_aligned(pages * PAGE, PAGE).unwrap();
             v.vfree(a).unwrap();
             total += pages;
             assert_eq!(v.vmap_lazy_nr(), total, "round {round}, vfree {i}");
@@ -158,10 +159,10 @@ fn one_purge_covers_every_nodes_lazy_list() {
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let nodes = sharded();
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
-        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 4).unwrap();
+    let v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let areas: Vec<_> = (0..CPUS)
-        .map(|cpu| v.vmalloc_on(cpu, PAGE, PAGE).unwrap())
+        .map(|cpu| on_cpu(cpu, &v).vmalloc_aligned(PAGE, PAGE).unwrap())
         .collect();
     let mut distinct: Vec<_> = areas
         .iter()
@@ -190,8 +191,9 @@ fn vm_map_ram_and_vmap_on_sharded_nodes() {
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let checker = StaleTlbChecker::new(&tlb);
     let nodes = sharded();
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages, &StaleTlbChecker<'_>> =
-        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, &checker, CPUS as u32).unwrap();
+    let mut v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    v.set_alloc_check(&checker);
     let frames: Vec<_> = (0..VMAP_MAX_ALLOC + 1)
         .map(|_| arena.alloc(PAGE, PAGE).unwrap())
         .collect();
@@ -201,7 +203,9 @@ fn vm_map_ram_and_vmap_on_sharded_nodes() {
     for round in 0..600u64 {
         let cpu = (round % CPUS as u64) as usize;
         let n = 1 + round % 8;
-        let a = v.vm_map_ram(cpu, &frames[..n as usize], flags).unwrap();
+        let a = on_cpu(cpu, &v)
+            .vm_map_ram(&frames[..n as usize], flags)
+            .unwrap();
         v.write_byte(a, 7).unwrap();
         tlb.touch(cpu, a);
         v.vm_unmap_ram(a, n).unwrap();
@@ -210,7 +214,7 @@ fn vm_map_ram_and_vmap_on_sharded_nodes() {
             Err(VmallocError::NotFound { addr: a.as_u64() })
         );
     }
-    let big = v.vm_map_ram(1, &frames, flags).unwrap();
+    let big = on_cpu(1, &v).vm_map_ram(&frames, flags).unwrap();
     assert_eq!(
         v.areas().iter().find(|i| i.start == big).unwrap().kind,
         AreaKind::Vmap
@@ -247,12 +251,12 @@ fn frame_caches_refill_reuse_and_drain_on_purge() {
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let nodes = sharded();
-    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
-        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 4).unwrap();
+    let v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let mut most = 0;
     for round in 0..40u64 {
         let cpu = (round % 2) as usize;
-        let a = v.vmalloc_on(cpu, 3 * PAGE, PAGE).unwrap();
+        let a = on_cpu(cpu, &v).vmalloc_aligned(3 * PAGE, PAGE).unwrap();
         for p in 0..3 {
             let va = VirtAddr::new(a.as_u64() + p * PAGE);
             v.write_byte(va, 9).unwrap();
@@ -276,4 +280,10 @@ fn frame_caches_refill_reuse_and_drain_on_purge() {
     v.purge_vmap_area_lazy();
     assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "caches drained");
     assert_eq!(arena.bytes_in_use(), v.pagetable_bytes());
+}
+
+/// `v`, called from CPU `cpu` from now on.
+fn on_cpu<T>(cpu: usize, v: &T) -> &T {
+    HostedCpus::run_on(cpu);
+    v
 }

@@ -1,39 +1,49 @@
 //! The stale-TLB checker: every shipped policy hands out no range a CPU may
-//! still translate; a deliberately broken policy (releases the range at
-//! vfree, before any flush) is caught.
+//! still translate; the deliberately broken order (the range released at
+//! vfree, before any flush: `set_release_before_flush`) is caught.
 
 mod common;
 
-use arch_api::{PhysArena, SoftTlb, SoftTlbCpu};
+use arch_api::SoftTlb;
 use common::*;
 use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{
-    Eager, LazyMaxPages, LookupCost, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
+    Eager, LazyMaxPages, LookupCost, OneSpace, PurgeCtx, PurgePolicy, StaleTlbChecker, Vmalloc,
+    VmallocMem,
 };
 
-/// BROKEN on purpose: gives the range back at vfree time, before any flush.
+/// Purges past 64 lazy pages (the broken order's test).
 #[derive(Default)]
-struct ReleaseBeforeFlush;
+struct Past64;
 
-impl PurgePolicy for ReleaseBeforeFlush {
-    const NAME: &'static str = "broken-release-before-flush";
+impl PurgePolicy for Past64 {
+    const NAME: &'static str = "past-64";
     fn after_free(&self, ctx: &PurgeCtx) -> bool {
         ctx.lazy_pages > 64
-    }
-    fn release_before_flush(&self) -> bool {
-        true
     }
 }
 
 /// The vmalloc-loop: vmalloc k pages, touch every page from a rotating
 /// CPU, vfree. Returns (violations, checks).
 fn run<P: PurgePolicy, F: FreeAreaSearch>(policy: P, iterations: u64, pages: u64) -> (u64, u64) {
+    run_order::<P, F>(policy, iterations, pages, false)
+}
+
+/// [`run`], with the range released before the flush when `broken`.
+fn run_order<P: PurgePolicy, F: FreeAreaSearch>(
+    policy: P,
+    iterations: u64,
+    pages: u64,
+    broken: bool,
+) -> (u64, u64) {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let checker = StaleTlbChecker::new(&tlb);
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, P, F, &StaleTlbChecker<'_>> =
-        Vmalloc::new(&mem, tlb.on(0), policy, &checker, cfg(1 << 20)).unwrap();
+    let mut v: Vmalloc<'_, K<'_>, P, OneSpace<K<'_>, F>> =
+        Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), policy).unwrap();
+    v.set_alloc_check(&checker);
+    v.set_release_before_flush(broken);
     for i in 0..iterations {
         let a = v.vmalloc(pages * PAGE).unwrap();
         for p in 0..pages {
@@ -42,7 +52,7 @@ fn run<P: PurgePolicy, F: FreeAreaSearch>(policy: P, iterations: u64, pages: u64
         }
         v.vfree(a).unwrap();
     }
-    v.purge();
+    v.purge_vmap_area_lazy();
     assert_eq!(v.vmap_lazy_nr(), 0);
     assert_eq!(v.stats().lazy_underflows, 0);
     (checker.violations(), checker.checks())
@@ -75,7 +85,7 @@ fn shipped_policies_report_no_stale_tlb_violation() {
 
 #[test]
 fn checker_catches_a_policy_that_releases_before_flushing() {
-    let (violations, checks) = run::<ReleaseBeforeFlush, Augmented>(ReleaseBeforeFlush, 200, 4);
+    let (violations, checks) = run_order::<Past64, Augmented>(Past64, 200, 4, true);
     assert_eq!(checks, 200);
     // Every allocation after the first reuses the range just freed, whose
     // translations no flush has dropped yet (the lowest fit is that range).
@@ -103,8 +113,9 @@ fn threads_racing_vfree_and_purge_stay_consistent() {
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
     let checker = StaleTlbChecker::new(&tlb);
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, Small, Augmented, &StaleTlbChecker<'_>> =
-        Vmalloc::new(&mem, tlb.on(0), Small, &checker, cfg(1 << 20)).unwrap();
+    let mut v: Vmalloc<'_, K<'_>, Small> =
+        Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), Small).unwrap();
+    v.set_alloc_check(&checker);
     let frames: Vec<_> = (0..4)
         .map(|_| arch_api::FrameSource::alloc(&arena, PAGE, PAGE).unwrap())
         .collect();
@@ -113,7 +124,7 @@ fn threads_racing_vfree_and_purge_stay_consistent() {
         let (v, tlb, stop) = (&v, &tlb, &stop);
         s.spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                v.purge();
+                v.purge_vmap_area_lazy();
                 std::thread::yield_now();
             }
         });
@@ -121,6 +132,7 @@ fn threads_racing_vfree_and_purge_stay_consistent() {
             .map(|cpu| {
                 let frames = &frames;
                 s.spawn(move || {
+                    arch_api::HostedCpus::run_on(cpu);
                     for i in 0..400u64 {
                         let pages = 1 + (i % 3);
                         let a = v.vmalloc(pages * PAGE).unwrap();
@@ -131,7 +143,7 @@ fn threads_racing_vfree_and_purge_stay_consistent() {
                         v.vfree(a).unwrap();
                         if i % 8 == 0 {
                             let flags = arch_api::MapFlags::WRITE | arch_api::MapFlags::GLOBAL;
-                            let m = v.vm_map_ram(cpu, &frames[..2], flags).unwrap();
+                            let m = v.vm_map_ram(&frames[..2], flags).unwrap();
                             tlb.touch(cpu, m);
                             v.vm_unmap_ram(m, 2).unwrap();
                         }

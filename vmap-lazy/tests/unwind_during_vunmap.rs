@@ -16,11 +16,11 @@
 
 mod common;
 
-use arch_api::{FrameError, FrameSource, MapFlags, PhysAddr, PhysArena, PhysMap, SoftTlbCpu};
+use arch_api::{FrameError, FrameSource, MapFlags, PhysAddr, PhysArena, PhysMap};
 use common::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocError, VmallocMem};
+use vmap_lazy::{LazyMaxPages, Vmalloc, VmallocError, VmallocMem};
 
 /// Frames from an arena, refusing allocations beyond a budget; when armed,
 /// the next direct-map lookup parks its caller until released.
@@ -46,6 +46,10 @@ impl FrameSource for Gated<'_> {
         self.inner.free(addr, size)
     }
 }
+
+// SAFETY: hands out the arena's frames only, reached through its direct map
+// (a parked lookup still returns the arena's pointer).
+unsafe impl vmap_lazy::testing::HostedMem for Gated<'_> {}
 
 impl PhysMap for Gated<'_> {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
@@ -76,8 +80,8 @@ fn vmalloc_failing_during_a_vunmap_zap_returns_its_frames() {
     };
     let mem = VmallocMem::new(&gated);
     let tlb = tlb();
-    let v: Vmalloc<'_, L, Gated<'_>, SoftTlbCpu<'_>> =
-        Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: Vmalloc<'_, K<'_, Gated<'_>>> =
+        Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     // The caller's frames, mapped with vmap (the walker's tables come now).
     let own: Vec<PhysAddr> = (0..4).map(|_| arena.alloc(PAGE, PAGE).unwrap()).collect();
     let a = v.vmap(&own, MapFlags::WRITE | MapFlags::GLOBAL).unwrap();
@@ -108,7 +112,7 @@ fn vmalloc_failing_during_a_vunmap_zap_returns_its_frames() {
     });
 
     gated.budget.store(u64::MAX, Ordering::Release);
-    v.purge();
+    v.purge_vmap_area_lazy();
     assert!(v.areas().is_empty());
     assert_eq!(
         mem.bytes_out(),

@@ -2,22 +2,22 @@
 
 mod common;
 
-use arch_api::{FrameSource, MapFlags, PhysArena, SoftTlbCpu, VirtAddr};
+use arch_api::{FrameSource, HostedCpus, MapFlags, VirtAddr};
 use common::*;
 use vmap_core::{Augmented, Linear};
 use vmap_lazy::{
-    AreaKind, AreaState, Eager, LazyMaxPages, LookupCost, NoCheck, Vmalloc, VmallocError,
+    AreaKind, AreaState, Eager, LazyMaxPages, LookupCost, OneSpace, Vmalloc, VmallocError,
     VmallocMem,
 };
 
-type V<'m, P = LazyMaxPages, F = Augmented> = Vmalloc<'m, L, PhysArena, SoftTlbCpu<'m>, P, F>;
+type V<'m, P = LazyMaxPages, F = Augmented> = Vmalloc<'m, K<'m>, P, OneSpace<K<'m>, F>>;
 
 #[test]
 fn vmalloc_maps_writable_memory_and_vfree_is_lazy_until_purge() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let base = mem.bytes_out();
     let a = v.vmalloc(3 * PAGE + 1).unwrap();
     assert_eq!(a.as_u64(), VSTART, "lowest address first");
@@ -44,7 +44,7 @@ fn vmalloc_maps_writable_memory_and_vfree_is_lazy_until_purge() {
     // The range is still reserved: the next area goes above it.
     let b = v.vmalloc(PAGE).unwrap();
     assert_eq!(b, va(a, 4));
-    let r = v.purge();
+    let r = v.purge_vmap_area_lazy();
     assert_eq!(
         (r.areas, r.pages, r.start, r.end),
         (1, 4, a.as_u64(), va(a, 4).as_u64())
@@ -60,7 +60,7 @@ fn vmalloc_maps_writable_memory_and_vfree_is_lazy_until_purge() {
     assert_eq!(c, a, "the purged range is reused");
     v.vfree(b).unwrap();
     v.vfree(c).unwrap();
-    v.purge();
+    v.purge_vmap_area_lazy();
     v.check_consistency().unwrap();
     assert!(v.areas().is_empty());
     assert!(base > 0);
@@ -77,7 +77,7 @@ fn one_purge_flushes_the_union_of_all_lazy_areas() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(1), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(1), cpus(), LazyMaxPages).unwrap();
     let areas: Vec<_> = (0..5).map(|_| v.vmalloc(2 * PAGE).unwrap()).collect();
     for (i, a) in areas.iter().enumerate() {
         tlb.touch(i % CPUS, *a);
@@ -85,7 +85,7 @@ fn one_purge_flushes_the_union_of_all_lazy_areas() {
     for a in [areas[3], areas[0], areas[4]] {
         v.vfree(a).unwrap();
     }
-    let r = v.purge();
+    let r = v.purge_vmap_area_lazy();
     assert_eq!(r.areas, 3);
     assert_eq!(
         (r.start, r.end),
@@ -96,7 +96,7 @@ fn one_purge_flushes_the_union_of_all_lazy_areas() {
         (s.flush_events, s.pages_flushed, s.ipis),
         (1, 10, (CPUS - 1) as u64)
     );
-    assert_eq!(v.purge().areas, 0, "nothing left: no flush");
+    assert_eq!(v.purge_vmap_area_lazy().areas, 0, "nothing left: no flush");
     assert_eq!(tlb.stats().flush_events, 1);
     v.check_consistency().unwrap();
 }
@@ -106,7 +106,7 @@ fn errors_leave_everything_unchanged() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     assert_eq!(v.vfree(VirtAddr::new(0)), Ok(()), "vfree(NULL) is a no-op");
     assert_eq!(v.vmalloc(0), Err(VmallocError::ZeroSize));
     assert_eq!(
@@ -141,7 +141,7 @@ fn errors_leave_everything_unchanged() {
         "double free while lazy"
     );
     assert_eq!(v.vmap_lazy_nr(), 2, "counted once");
-    v.purge();
+    v.purge_vmap_area_lazy();
     assert_eq!(v.vfree(a), Err(VmallocError::NotFound { addr: a.as_u64() }));
     assert_eq!(v.stats().frees, 1);
     v.check_consistency().unwrap();
@@ -156,8 +156,8 @@ fn frame_exhaustion_at_every_step_unwinds_completely() {
         let failing = Failing::new(&arena, u64::MAX);
         let mem = VmallocMem::new(&failing);
         let tlb = tlb();
-        let v: Vmalloc<'_, L, Failing<'_>, SoftTlbCpu<'_>> =
-            Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+        let v: Vmalloc<'_, K<'_, Failing<'_>>> =
+            Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
         let base = arena.frames_in_use();
         let pt0 = v.pagetable_bytes();
         failing.set(budget);
@@ -165,7 +165,7 @@ fn frame_exhaustion_at_every_step_unwinds_completely() {
             Ok(a) => {
                 assert_eq!(budget, 7, "7 allocations suffice");
                 v.vfree(a).unwrap();
-                v.purge();
+                v.purge_vmap_area_lazy();
                 let tables = (v.pagetable_bytes() - pt0) / PAGE;
                 assert!(tables >= 3);
                 assert_eq!(
@@ -204,7 +204,7 @@ fn no_space_purges_and_retries_once() {
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
     // Room for 8 pages only.
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(8)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(8), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let a = v.vmalloc(4 * PAGE).unwrap();
     let b = v.vmalloc(4 * PAGE).unwrap();
     v.vfree(a).unwrap();
@@ -220,7 +220,7 @@ fn no_space_purges_and_retries_once() {
     assert_eq!(v.stats().retries, 2);
     v.vfree(b).unwrap();
     v.vfree(c).unwrap();
-    v.purge();
+    v.purge_vmap_area_lazy();
     v.check_consistency().unwrap();
 }
 
@@ -229,7 +229,7 @@ fn vmap_maps_caller_frames_and_vunmap_leaves_them_to_the_caller() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let frames: Vec<_> = (0..3).map(|_| arena.alloc(PAGE, PAGE).unwrap()).collect();
     let in_use = arena.frames_in_use();
     let tables = v.pagetable_bytes();
@@ -250,7 +250,7 @@ fn vmap_maps_caller_frames_and_vunmap_leaves_them_to_the_caller() {
         })
     );
     v.vunmap(a).unwrap();
-    v.purge();
+    v.purge_vmap_area_lazy();
     let new_tables = (v.pagetable_bytes() - tables) / PAGE;
     assert_eq!(
         arena.frames_in_use(),
@@ -264,7 +264,7 @@ fn vmap_maps_caller_frames_and_vunmap_leaves_them_to_the_caller() {
         v.vmap(&[], MapFlags::WRITE),
         Err(VmallocError::ZeroSize)
     ));
-    let odd = arch_api::PhysAddr::new(PhysArena::BASE.as_u64() + 12);
+    let odd = arch_api::PhysAddr::new(arch_api::PhysArena::BASE.as_u64() + 12);
     assert_eq!(
         v.vmap(&[odd], MapFlags::WRITE),
         Err(VmallocError::UnalignedFrame {
@@ -274,7 +274,7 @@ fn vmap_maps_caller_frames_and_vunmap_leaves_them_to_the_caller() {
     v.check_consistency().unwrap();
 }
 
-fn unsafe_free_read(arena: &PhysArena, f: arch_api::PhysAddr) -> u8 {
+fn unsafe_free_read(arena: &arch_api::PhysArena, f: arch_api::PhysAddr) -> u8 {
     use arch_api::PhysMap;
     let p = arena.phys_to_ptr(f);
     // SAFETY: `f` is a frame of the arena, allocated by this test and still
@@ -291,7 +291,7 @@ fn eager_flushes_on_every_vfree_and_lazy_waits_for_the_threshold() {
     let arena = arena(8 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V<Eager> = Vmalloc::new(&mem, tlb.on(0), Eager, NoCheck, cfg(1 << 20)).unwrap();
+    let v: V<Eager> = Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), Eager).unwrap();
     for _ in 0..10 {
         let a = v.vmalloc(PAGE).unwrap();
         v.vfree(a).unwrap();
@@ -301,7 +301,7 @@ fn eager_flushes_on_every_vfree_and_lazy_waits_for_the_threshold() {
     assert_eq!(v.vmap_lazy_nr(), 0);
 
     let tlb = common::tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 20)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     // 4 CPUs: fls(4) = 3, so 3 x 8192 pages before a purge.
     let max = vmap_lazy::purge::lazy_max_pages(CPUS as u32, PAGE);
     assert_eq!(max, 3 * 8192);
@@ -332,10 +332,10 @@ fn lookup_cost_purges_when_a_search_gets_expensive() {
     let tlb = tlb();
     let v: V<LookupCost, Linear> = Vmalloc::new(
         &mem,
+        space(1 << 20),
         tlb.on(0),
+        cpus(),
         LookupCost { max_nodes: 20 },
-        NoCheck,
-        cfg(1 << 20),
     )
     .unwrap();
     for _ in 0..200 {
@@ -353,8 +353,8 @@ fn vmallocinfo_lists_every_area_with_its_state() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
-    let a = v.vmalloc_caller(2 * PAGE, "module_alloc").unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    let a = v.vmalloc_caller(2 * PAGE, PAGE, "module_alloc").unwrap();
     let b = v.vmalloc(PAGE).unwrap();
     v.vfree(b).unwrap();
     let text = vmap_lazy::vmallocinfo(&v.areas());
@@ -367,7 +367,7 @@ fn vmallocinfo_lists_every_area_with_its_state() {
         ]
     );
     v.vfree(a).unwrap();
-    v.purge();
+    v.purge_vmap_area_lazy();
     assert_eq!(vmap_lazy::vmallocinfo(&v.areas()), "");
 }
 
@@ -378,16 +378,16 @@ fn vm_map_ram_carves_per_cpu_blocks_and_reuses_flushed_space() {
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
     let checker = vmap_lazy::StaleTlbChecker::new(&tlb);
-    let v: Vmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, LazyMaxPages, Augmented, _> =
-        Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, &checker, cfg(1 << 20)).unwrap();
+    let mut v: V = Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    v.set_alloc_check(&checker);
     let frames: Vec<_> = (0..VMAP_MAX_ALLOC)
         .map(|_| arena.alloc(PAGE, PAGE).unwrap())
         .collect();
     let flags = MapFlags::WRITE | MapFlags::GLOBAL;
-    let a = v.vm_map_ram(0, &frames[..4], flags).unwrap();
-    let b = v.vm_map_ram(0, &frames[..2], flags).unwrap();
+    let a = on_cpu(0, &v).vm_map_ram(&frames[..4], flags).unwrap();
+    let b = on_cpu(0, &v).vm_map_ram(&frames[..2], flags).unwrap();
     assert_eq!(b, va(a, 4), "carved from the same block");
-    let c = v.vm_map_ram(1, &frames[..1], flags).unwrap();
+    let c = on_cpu(1, &v).vm_map_ram(&frames[..1], flags).unwrap();
     let blk = VMAP_BBMAP_BITS * PAGE;
     assert_ne!(
         c.as_u64() & !(blk - 1),
@@ -427,10 +427,10 @@ fn vm_map_ram_carves_per_cpu_blocks_and_reuses_flushed_space() {
     let before = tlb.stats().flush_events;
     let mut got = Vec::new();
     for _ in 0..(VMAP_BBMAP_BITS - 6) / 2 {
-        got.push(v.vm_map_ram(0, &frames[..2], flags).unwrap());
+        got.push(on_cpu(0, &v).vm_map_ram(&frames[..2], flags).unwrap());
     }
     assert_eq!(tlb.stats().flush_events, before, "room left: no flush");
-    let reused = v.vm_map_ram(0, &frames[..4], flags).unwrap();
+    let reused = on_cpu(0, &v).vm_map_ram(&frames[..4], flags).unwrap();
     assert_eq!(reused, a, "the flushed pages are reused");
     assert_eq!(tlb.stats().flush_events, before + 1);
     assert_eq!(
@@ -454,7 +454,7 @@ fn vm_map_ram_carves_per_cpu_blocks_and_reuses_flushed_space() {
     let big: Vec<_> = (0..VMAP_MAX_ALLOC + 1)
         .map(|_| arena.alloc(PAGE, PAGE).unwrap())
         .collect();
-    let g = v.vm_map_ram(0, &big, flags).unwrap();
+    let g = on_cpu(0, &v).vm_map_ram(&big, flags).unwrap();
     assert_eq!(
         v.areas().iter().find(|i| i.start == g).unwrap().kind,
         AreaKind::Vmap
@@ -477,7 +477,7 @@ fn vm_map_ram_carves_per_cpu_blocks_and_reuses_flushed_space() {
     // A block whose every page was mapped and unmapped (all dirty, none
     // free) retires through the lazy list; the next purge releases it.
     let full: Vec<_> = (0..VMAP_BBMAP_BITS / VMAP_MAX_ALLOC)
-        .map(|_| v.vm_map_ram(3, &frames, flags).unwrap())
+        .map(|_| on_cpu(3, &v).vm_map_ram(&frames, flags).unwrap())
         .collect();
     assert_eq!(count_blocks(), 3);
     for g in full {
@@ -506,7 +506,7 @@ fn page_table_roots_are_the_tables_a_vmalloc_is_linked_into() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 16)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 16), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let (roots, n) = v.page_table_roots();
     assert_eq!(n, 1, "x86_64 has one root for both halves");
     assert_eq!(v.page_table_roots(), (roots, n), "roots do not move");
@@ -526,4 +526,10 @@ fn page_table_roots_are_the_tables_a_vmalloc_is_linked_into() {
     );
     v.vfree(a).unwrap();
     assert_eq!(v.page_table_roots(), (roots, n));
+}
+
+/// `v`, called from CPU `cpu` from now on.
+fn on_cpu<T>(cpu: usize, v: &T) -> &T {
+    HostedCpus::run_on(cpu);
+    v
 }

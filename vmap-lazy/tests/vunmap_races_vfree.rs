@@ -11,12 +11,12 @@
 
 mod common;
 
-use arch_api::{FrameError, FrameSource, MapFlags, PhysAddr, PhysArena, PhysMap, SoftTlbCpu};
+use arch_api::{FrameError, FrameSource, MapFlags, PhysAddr, PhysArena, PhysMap};
 use common::*;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocMem};
+use vmap_lazy::{LazyMaxPages, Vmalloc, VmallocMem};
 
 /// An arena that remembers the frames a `vmap` caller lent and counts every
 /// free that touches one of them or fails.
@@ -54,6 +54,9 @@ impl FrameSource for Tracked<'_> {
     }
 }
 
+// SAFETY: hands out the arena's frames only, reached through its direct map.
+unsafe impl vmap_lazy::testing::HostedMem for Tracked<'_> {}
+
 impl PhysMap for Tracked<'_> {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
         self.inner.phys_to_ptr(addr)
@@ -63,7 +66,7 @@ impl PhysMap for Tracked<'_> {
     }
 }
 
-type V<'m> = Vmalloc<'m, L, Tracked<'m>, SoftTlbCpu<'m>>;
+type V<'m> = Vmalloc<'m, K<'m, Tracked<'m>>>;
 
 /// Rounds per thread (few under Miri, which runs them a thousand times
 /// slower).
@@ -79,7 +82,7 @@ fn vunmap_and_vfree_at_once_lose_and_double_free_nothing() {
     };
     let mem = VmallocMem::new(&src);
     let tlb = tlb();
-    let v: V = Vmalloc::new(&mem, tlb.on(0), LazyMaxPages, NoCheck, cfg(1 << 20)).unwrap();
+    let v: V = Vmalloc::new(&mem, space(1 << 20), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     // The caller's pages, straight from the arena: vmalloc never owns them.
     let lent: Vec<PhysAddr> = (0..48).map(|_| arena.alloc(PAGE, PAGE).unwrap()).collect();
     src.lent

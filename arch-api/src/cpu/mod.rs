@@ -146,4 +146,6 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
 }
 
 #[cfg(feature = "std")]
+pub mod hosted;
+#[cfg(feature = "std")]
 pub mod thread;

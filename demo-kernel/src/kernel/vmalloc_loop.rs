@@ -10,9 +10,11 @@
 
 use super::{Ratio, check, kprint, tlb_delta};
 use crate::arch;
+use crate::cpu::OneCpu;
 use crate::frames::Frames;
+use crate::platform::DemoKernel;
 use arch_api::{PageTableLayout, PhysMap, VirtAddr};
-use vmap_lazy::{LazyMaxPages, NoCheck, Vmalloc, VmallocConfig, VmallocMem};
+use vmap_lazy::{LazyMaxPages, OneSpace, Vmalloc, VmallocMem};
 
 /// Iterations (the harness default is larger; emulation is slow).
 const ITERATIONS: u64 = 10_000;
@@ -20,32 +22,39 @@ const ITERATIONS: u64 = 10_000;
 const PAGES: u64 = 4;
 
 /// The kernel's vmalloc, mapping into the kernel's own live page table.
-pub type KernelVmalloc = Vmalloc<'static, arch::Layout, Frames, arch::Tlb>;
+pub type KernelVmalloc = Vmalloc<'static, DemoKernel>;
 
 static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
 /// Sets vmalloc up over the window of the kernel's live table, runs the loop
 /// and returns it (it stays the kernel's vmalloc). The policy is the
 /// harness's `augmented`: vmap-core's augmented free tree with
-/// `lazy_max_pages` purging, `Vmalloc`'s defaults.
+/// `lazy_max_pages` purging, `Vmalloc`'s defaults (one space under one
+/// lock, `OneSpace`).
 pub fn run() -> KernelVmalloc {
-    let cfg = VmallocConfig {
-        vstart: VirtAddr::new(arch::VMALLOC_START),
-        vend: VirtAddr::new(arch::VMALLOC_END),
-        cpus: 1,
+    let window = match OneSpace::<DemoKernel>::new(
+        VirtAddr::new(arch::VMALLOC_START),
+        VirtAddr::new(arch::VMALLOC_END),
+        arch::Layout::PAGE_SIZE,
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            kprint!("check failed: vmalloc window: {e:?}\n");
+            arch::exit(1)
+        }
     };
     let root = arch::kernel_root(arch::VMALLOC_START);
     // SAFETY: `root` is the live kernel table translating the window, in
     // identity-mapped RAM (`Frames`' direct map); nothing but this vmalloc
     // ever writes inside the window, and the table lives for ever.
-    let vm = match unsafe { Vmalloc::attach(&VMEM, root, arch::tlb(), LazyMaxPages, NoCheck, cfg) }
-    {
-        Ok(vm) => vm,
-        Err(e) => {
-            kprint!("check failed: vmalloc setup: {e:?}\n");
-            arch::exit(1)
-        }
-    };
+    let vm =
+        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), OneCpu, LazyMaxPages) } {
+            Ok(vm) => vm,
+            Err(e) => {
+                kprint!("check failed: vmalloc setup: {e:?}\n");
+                arch::exit(1)
+            }
+        };
 
     let ps = arch::Layout::PAGE_SIZE;
     let mut stale = 0u64;

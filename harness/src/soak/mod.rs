@@ -3,7 +3,7 @@
 //!
 //! Each thread loops until the deadline, picking at random among
 //! * vmalloc / vfree / vmap / vunmap / vm_map_ram / vm_unmap_ram on one
-//!   shared `NodeVmalloc` over the sharded vmap nodes, with cross-thread
+//!   shared `Vmalloc` over the sharded vmap nodes, with cross-thread
 //!   vfrees, CPU migration and purges forced at random points (`vm.rs`);
 //! * map / translate / zap on every page-table layout, under every
 //!   `ZapBudget` (`zap.rs`), each thread with its own page tables (its own

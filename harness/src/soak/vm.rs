@@ -1,4 +1,4 @@
-//! The soak's vmalloc component: one `NodeVmalloc` over the sharded vmap
+//! The soak's vmalloc component: one `Vmalloc` over the sharded vmap
 //! nodes, shared by every thread, with the stale-TLB checker on every
 //! allocation. Threads vmalloc, vmap and vm_map_ram, write every page
 //! through the software MMU and record the translation in the software TLB
@@ -6,26 +6,16 @@
 //! simulated CPUs and force purges at random points.
 
 use super::{Rng, Tally};
-use crate::test_vmalloc::YieldMutex;
+use crate::test_vmalloc::YieldHosted;
 use arch_api::VirtAddr;
-use arch_api::{CostModel, FrameSource, MapFlags, PhysAddr, PhysArena, SoftTlb, SoftTlbCpu};
+use arch_api::{CostModel, FrameSource, HostedCpus, MapFlags, PhysAddr, PhysArena, SoftTlb};
 use std::sync::Mutex;
-use vmap_core::ShardedVmap;
 use vmap_lazy::{
-    AreaKind, LazyMaxPages, NodeLazy, NodeVmalloc, StaleTlbChecker, VmallocError, VmallocMem,
+    AreaKind, LazyMaxPages, Sharded, StaleTlbChecker, Vmalloc, VmallocError, VmallocMem,
 };
 
-type L = arch_x86_64::X86_64Pml4;
-type V = NodeVmalloc<
-    'static,
-    L,
-    PhysArena,
-    SoftTlbCpu<'static>,
-    ShardedVmap<YieldMutex, NodeLazy>,
-    LazyMaxPages,
-    &'static StaleTlbChecker<'static>,
-    YieldMutex,
->;
+type K = YieldHosted<'static>;
+type V = Vmalloc<'static, K, LazyMaxPages, Sharded<K>>;
 
 const PAGE: u64 = 4096;
 const VSTART: u64 = 0xffff_c900_0000_0000;
@@ -79,15 +69,16 @@ impl VmSoak {
         let tlb: &'static SoftTlb = Box::leak(Box::new(SoftTlb::new(cpus, PAGE, CostModel::FREE)));
         let checker: &'static StaleTlbChecker<'static> =
             Box::leak(Box::new(StaleTlbChecker::new(tlb)));
-        let nodes = ShardedVmap::new(
+        let nodes = Sharded::<K>::new(
             VirtAddr::new(VSTART),
             VirtAddr::new(VSTART + VSIZE),
             PAGE,
             cpus,
         )
         .map_err(|e| e.to_string())?;
-        let v = NodeVmalloc::new(mem, nodes, tlb.on(0), LazyMaxPages, checker, cpus as u32)
+        let mut v = Vmalloc::new(mem, nodes, tlb.on(0), HostedCpus::new(cpus), LazyMaxPages)
             .map_err(|e| e.to_string())?;
+        v.set_alloc_check(checker);
         Ok(Self {
             arena,
             tlb,
@@ -190,12 +181,15 @@ impl VmSoak {
             // Migration: the thread continues on another simulated CPU.
             th.cpu = rng.below(self.cpus as u64) as usize;
         }
+        // The simulated CPU this step runs on (the thread's slab steps
+        // interleave with these, so declare it every step).
+        HostedCpus::run_on(th.cpu);
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
         match rng.below(100) {
             0..=34 if th.held.len() < MAX_HELD => {
                 let pages = 1 + rng.below(32);
                 let align = PAGE << rng.below(5);
-                match self.v.vmalloc_on(th.cpu, pages * PAGE, align) {
+                match self.v.vmalloc_aligned(pages * PAGE, align) {
                     Ok(a) => {
                         self.touch(th, a, pages);
                         th.held.push(Held::Vmalloc(a));
@@ -208,7 +202,7 @@ impl VmSoak {
                 let Some(f) = self.frames(th, 1 + rng.below(8)) else {
                     return;
                 };
-                match self.v.vmap_on(th.cpu, &f, flags) {
+                match self.v.vmap(&f, flags) {
                     Ok(a) => {
                         self.touch(th, a, f.len() as u64);
                         th.held.push(Held::Vmap(a, f));
@@ -225,7 +219,7 @@ impl VmSoak {
                 let Some(f) = self.frames(th, 1 + rng.below(16)) else {
                     return;
                 };
-                match self.v.vm_map_ram(th.cpu, &f, flags) {
+                match self.v.vm_map_ram(&f, flags) {
                     Ok(a) => {
                         self.touch(th, a, f.len() as u64);
                         th.held.push(Held::Ram(a, f));

@@ -24,7 +24,7 @@ pub type BusyTree = Tree<NoAug>;
 /// [`FreeVmapCache`] or [`Augmented`]. The trait is sealed (its methods are
 /// the allocator's internal protocol, over crate-private types), so the
 /// policies are chosen, not implemented, outside this crate.
-pub trait FreeAreaSearch: Sized + Search {
+pub trait FreeAreaSearch: Sized + Send + Sync + Search {
     /// The policy's name, as the harness prints it.
     const NAME: &'static str;
 }

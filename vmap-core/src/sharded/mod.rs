@@ -36,6 +36,13 @@ pub trait VmapNodes: Sync {
     /// usually the calling CPU).
     fn alloc_on(&self, node: usize, req: &AllocRequest) -> Result<VmapArea, VmapError>;
 
+    /// [`alloc_on`](Self::alloc_on), also saying how many tree nodes the
+    /// search visited (a purge policy's cost signal; 0 where the front does
+    /// not count).
+    fn alloc_counted(&self, node: usize, req: &AllocRequest) -> Result<(VmapArea, u32), VmapError> {
+        self.alloc_on(node, req).map(|a| (a, 0))
+    }
+
     /// The plain form of [`alloc_on`](Self::alloc_on).
     fn alloc(
         &self,
@@ -57,6 +64,23 @@ pub trait VmapNodes: Sync {
 
     /// The live area containing `addr`.
     fn find(&self, addr: VirtAddr) -> Option<VmapArea>;
+
+    /// The node that owns the live area starting at `addr`, as a caller
+    /// that keeps its own per-node record of areas needs it (vfree's one
+    /// search). `None` if no live area contains `addr`; a front whose
+    /// answer does not depend on the area may answer without a search (then
+    /// the caller's own record says whether the area exists).
+    fn owner(&self, addr: VirtAddr) -> Option<usize> {
+        self.find(addr).map(|a| usize::from(a.node))
+    }
+
+    /// [`free`](Self::free) for each of `addrs` (a purge's lazy areas, all
+    /// known live); fronts may take their lock once for the lot.
+    fn free_batch(&self, addrs: impl Iterator<Item = VirtAddr>) {
+        for a in addrs {
+            let _ = self.free(a);
+        }
+    }
 
     /// Runs `f` on node `node`'s lazy state under its lock.
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;

@@ -42,30 +42,4 @@ pub trait PurgePolicy: Send + Sync {
         let _ = (nodes_visited, ctx);
         false
     }
-
-    /// Whether a freed range goes back to the allocator at `vfree` time,
-    /// before any TLB flush covering it. Every correct policy answers
-    /// `false` (the default): the range stays reserved until a purge has
-    /// flushed it. The hook exists so that tests can build a deliberately
-    /// broken policy and show that the stale-TLB checker catches it
-    /// (feature `testing` only; not part of the API).
-    #[cfg(feature = "testing")]
-    #[doc(hidden)]
-    fn release_before_flush(&self) -> bool {
-        false
-    }
-}
-
-/// `policy.release_before_flush()`: always `false` without the `testing`
-/// feature, where the hook does not exist.
-#[cfg(feature = "alloc")]
-#[inline(always)]
-pub(crate) fn release_before_flush<P: PurgePolicy>(policy: &P) -> bool {
-    #[cfg(feature = "testing")]
-    return policy.release_before_flush();
-    #[cfg(not(feature = "testing"))]
-    {
-        let _ = policy;
-        false
-    }
 }

@@ -1,8 +1,9 @@
 //! Shared set-up: a PhysArena, the software TLB of 4 CPUs and a checker.
 #![allow(dead_code)]
 
+use arch_api::sync::DefaultRawMutex;
 use arch_api::{
-    CostModel, FrameError, FrameSource, PhysAddr, PhysArena, PhysMap, SoftTlb, VirtAddr,
+    CostModel, FrameError, FrameSource, HostedCpus, PhysAddr, PhysArena, PhysMap, SoftTlb, VirtAddr,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,12 +20,25 @@ pub fn tlb() -> SoftTlb {
     SoftTlb::new(CPUS, PAGE, CostModel::FREE)
 }
 
-pub fn cfg(pages: u64) -> vmap_lazy::VmallocConfig {
-    vmap_lazy::VmallocConfig {
-        vstart: VirtAddr::new(VSTART),
-        vend: VirtAddr::new(VSTART + pages * PAGE),
-        cpus: CPUS as u32,
-    }
+/// The hosted platform over frame source `M`.
+pub type K<'a, M = PhysArena> = vmap_lazy::testing::Hosted<'a, L, M>;
+
+/// One space of `pages` pages at `VSTART`, searched by `F`.
+pub fn space<F: vmap_core::FreeAreaSearch>(
+    pages: u64,
+) -> vmap_core::GlobalVmap<DefaultRawMutex, vmap_lazy::NodeLazy, F> {
+    vmap_core::GlobalVmap::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + pages * PAGE),
+        PAGE,
+    )
+    .expect("space")
+}
+
+/// `CPUS` hosted CPUs (the calling thread runs on CPU 0 unless it says
+/// otherwise with `HostedCpus::run_on`).
+pub fn cpus() -> HostedCpus {
+    HostedCpus::new(CPUS)
 }
 
 pub fn va(a: VirtAddr, page: u64) -> VirtAddr {
@@ -67,6 +81,9 @@ impl FrameSource for Failing<'_> {
         self.inner.free(addr, size)
     }
 }
+
+// SAFETY: hands out the arena's frames only, reached through its direct map.
+unsafe impl vmap_lazy::testing::HostedMem for Failing<'_> {}
 
 impl PhysMap for Failing<'_> {
     fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {

@@ -1,21 +1,27 @@
-//! The loom model of story 1's race: `vfree` (mark the area lazy, count its
-//! pages, publish it on the lazy list) racing `purge_vmap_area_lazy` (take
-//! the lists, release each area, subtract its pages). Uses the crate's own
-//! `LazyAccount`, so the model runs the shipped ordering.
+//! The loom model of story 1's race: `vfree` (mark the area lazy, publish
+//! it on its node's lazy list, count its pages) racing
+//! `purge_vmap_area_lazy` (take every node's list under that node's lock,
+//! release each area, subtract the pages the lists had added to
+//! `vmap_lazy_nr`). Uses the crate's own `NodeLazy` and `LazyCount`, so the
+//! model runs the shipped accounting: the nodes' locks are the arch-api
+//! mutex vmalloc's fronts use (loom's under `--cfg kmm_loom`).
 
+use arch_api::sync::{DefaultRawMutex, Mutex};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU8, Ordering};
 use loom::thread;
-use vmap_lazy::{LazyAccount, LazyRange};
-
-type R = arch_api::sync::DefaultRawMutex;
+use vmap_lazy::{LazyCount, LazyRange, NodeLazy};
 
 const LIVE: u8 = 0;
 const LAZY: u8 = 1;
 const FREED: u8 = 2;
 
 struct Model {
-    lazy: LazyAccount<R>,
+    /// Two nodes' lazy state, each under its node's lock.
+    nodes: [Mutex<DefaultRawMutex, NodeLazy>; 2],
+    /// The shared `vmap_lazy_nr`, fed every page (a one-node front's
+    /// batch; the order under test does not depend on the batch).
+    count: LazyCount,
     /// The area state flags (Linux's `VM_LAZY_FREE`), one per area.
     state: [AtomicU8; 2],
 }
@@ -30,19 +36,24 @@ fn range(i: usize) -> LazyRange {
     }
 }
 
+/// Area `i` lives on node `i`.
 fn vfree(m: &Model, i: usize) {
     assert_eq!(
         m.state[i].swap(LAZY, Ordering::AcqRel),
         LIVE,
         "area freed twice"
     );
-    m.lazy.add(i, range(i));
+    let late = m.nodes[i].lock().loom_publish(range(i), &m.count);
+    m.count.add_late(late);
 }
 
 /// One purge; every area it takes must be lazy and is released exactly once.
 fn purge(m: &Model) {
-    if let Some(batch) = m.lazy.take() {
-        for r in &batch.ranges {
+    let mut folded = 0;
+    for node in &m.nodes {
+        let (list, f) = node.lock().loom_take();
+        folded += f;
+        for r in &list {
             let i = ((r.start - 0x1000_0000) / 0x10_000) as usize;
             assert_eq!(
                 m.state[i].swap(FREED, Ordering::AcqRel),
@@ -50,9 +61,9 @@ fn purge(m: &Model) {
                 "purged an area that was not lazy, or twice"
             );
         }
-        m.lazy.retire(batch.pages);
     }
-    assert_eq!(m.lazy.underflows(), 0, "vmap_lazy_nr went below zero");
+    m.count.retire(folded);
+    assert_eq!(m.count.underflows(), 0, "vmap_lazy_nr went below zero");
 }
 
 /// Two vfrees (on two nodes' lists) racing one purge; then a final purge.
@@ -60,7 +71,11 @@ fn purge(m: &Model) {
 pub fn vfree_races_purge() {
     loom::model(|| {
         let m = Arc::new(Model {
-            lazy: LazyAccount::new(2),
+            nodes: [
+                Mutex::new(NodeLazy::default()),
+                Mutex::new(NodeLazy::default()),
+            ],
+            count: LazyCount::new(1),
             state: [AtomicU8::new(LIVE), AtomicU8::new(LIVE)],
         });
         let m1 = m.clone();
@@ -80,7 +95,7 @@ pub fn vfree_races_purge() {
                 "a lazy area was forgotten"
             );
         }
-        assert_eq!(m.lazy.nr(), 0, "vmap_lazy_nr counts pages no list holds");
-        assert_eq!(m.lazy.underflows(), 0);
+        assert_eq!(m.count.nr(), 0, "vmap_lazy_nr counts pages no list holds");
+        assert_eq!(m.count.underflows(), 0);
     });
 }

@@ -1,0 +1,115 @@
+//! Hosted CPUs by declaration (feature `std`): `nr` CPUs, and each thread
+//! says which one it runs on ([`HostedCpus::run_on`]; 0 until it does).
+//!
+//! For hosted callers that pick per-CPU state by the calling CPU but model
+//! their CPUs themselves (a benchmark thread per CPU, a loop that plays
+//! CPU 0 of an 8-CPU machine): vmalloc's node and vmap-block choice. The
+//! guard of [`pin`](CpuLocal::pin) holds the CPU's lock, so two threads
+//! that declared the same CPU never run pinned sections on it at once, as
+//! the [`CpuLocal`] contract asks; [`current_cpu`](CpuLocal::current_cpu)
+//! answers the declaration, and per-CPU cells may be written from other
+//! threads that declared the same CPU (`OWNER_ONLY_WRITES = false`).
+
+use super::CpuLocal;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::boxed::Box;
+use std::vec::Vec;
+
+std::thread_local! {
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// `nr` CPUs; a thread runs on the one it declared.
+#[derive(Debug)]
+pub struct HostedCpus {
+    locks: Box<[AtomicBool]>,
+}
+
+/// Held while a thread is pinned to its CPU: that CPU's lock.
+#[derive(Debug)]
+pub struct HostedPin<'a> {
+    lock: &'a AtomicBool,
+}
+
+impl Drop for HostedPin<'_> {
+    fn drop(&mut self) {
+        self.lock.store(false, Ordering::Release);
+    }
+}
+
+impl HostedCpus {
+    /// A machine of `nr` CPUs (at least 1).
+    pub fn new(nr: usize) -> Self {
+        Self {
+            locks: (0..nr.max(1))
+                .map(|_| AtomicBool::new(false))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        }
+    }
+
+    /// From now on the calling thread runs on CPU `cpu` (of every
+    /// `HostedCpus`; taken modulo each one's count).
+    pub fn run_on(cpu: usize) {
+        CURRENT.with(|c| c.set(cpu));
+    }
+
+    fn current(&self) -> usize {
+        CURRENT.with(Cell::get) % self.locks.len()
+    }
+}
+
+// SAFETY: ids are `0..nr`; `pin`'s guard holds the CPU's lock, so no two
+// threads run pinned on one id at once; `OWNER_ONLY_WRITES` is `false`
+// (threads that declared the same CPU may write its cells concurrently
+// outside a guard, so only the SMP CAS flavour is sound); `pinned_cpu` is
+// never `Some`.
+unsafe impl CpuLocal for HostedCpus {
+    const OWNER_ONLY_WRITES: bool = false;
+    type Guard<'a> = HostedPin<'a>;
+
+    fn nr_cpus(&self) -> usize {
+        self.locks.len()
+    }
+
+    fn current_cpu(&self) -> Option<usize> {
+        Some(self.current())
+    }
+
+    fn pin(&self) -> (HostedPin<'_>, usize) {
+        let id = self.current();
+        let lock = &self.locks[id];
+        while lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        (HostedPin { lock }, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_runs_where_it_declared() {
+        let cpus = HostedCpus::new(4);
+        assert_eq!((cpus.nr_cpus(), cpus.current_cpu()), (4, Some(0)));
+        HostedCpus::run_on(6);
+        assert_eq!(cpus.current_cpu(), Some(2), "taken modulo the count");
+        let (g, id) = cpus.pin();
+        assert_eq!(id, 2);
+        assert!(
+            cpus.locks[2].load(Ordering::Relaxed),
+            "pinned: the CPU is held"
+        );
+        drop(g);
+        assert!(!cpus.locks[2].load(Ordering::Relaxed));
+        std::thread::spawn(move || assert_eq!(cpus.current_cpu(), Some(0)))
+            .join()
+            .unwrap();
+    }
+}

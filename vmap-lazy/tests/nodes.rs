@@ -277,3 +277,46 @@ fn frame_caches_refill_reuse_and_drain_on_purge() {
     assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "caches drained");
     assert_eq!(arena.bytes_in_use(), v.pagetable_bytes());
 }
+
+/// Issue 17 through vmalloc: a one-page vmalloc / vfree / purge used to
+/// leave its slice with node 0 for ever, and a vmalloc of the whole window
+/// then failed with `NoVirtualSpace` (the built-in purge-and-retry could not
+/// help). The front must give the empty slice back.
+#[test]
+fn whole_window_vmalloc_after_one_page_churn_on_sharded_nodes() {
+    use vmap_core::sharded::ShardedConfig;
+    const WINDOW: u64 = 64;
+    let arena = arena(4 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let cfg = ShardedConfig {
+        nr_nodes: 1,
+        slice_size: Some(16 * PAGE),
+        pool_depth: 0,
+    };
+    let nodes: ShardedVmap<arch_api::sync::DefaultRawMutex, NodeLazy> = ShardedVmap::with_config(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + WINDOW * PAGE),
+        PAGE,
+        cfg,
+    )
+    .unwrap();
+    let v: NodeVmalloc<'_, L, PhysArena, SoftTlbCpu<'_>, _, LazyMaxPages> =
+        NodeVmalloc::new(&mem, nodes, tlb.on(0), LazyMaxPages, vmap_lazy::NoCheck, 1).unwrap();
+    let all = v.vmalloc_on(0, WINDOW * PAGE, PAGE).unwrap();
+    v.vfree(all).unwrap();
+    v.purge_vmap_area_lazy();
+    let a = v.vmalloc_on(0, PAGE, PAGE).unwrap();
+    v.vfree(a).unwrap();
+    v.purge_vmap_area_lazy();
+    assert_eq!(v.vmap_lazy_nr(), 0);
+    assert_eq!(v.nodes().busy_bytes(), 0, "nothing is allocated");
+    let all = v
+        .vmalloc_on(0, WINDOW * PAGE, PAGE)
+        .expect("the whole window is free");
+    assert_eq!(all, VirtAddr::new(VSTART));
+    v.vfree(all).unwrap();
+    v.purge_vmap_area_lazy();
+    assert_eq!(v.nodes().busy_bytes(), 0);
+    assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "no frame leaked");
+}

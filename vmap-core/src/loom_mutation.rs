@@ -11,6 +11,9 @@ pub const FREE_BY_HASH: u8 = 1;
 pub const DRAIN_TWO_PHASE: u8 = 2;
 /// A steal checks a slice is empty and takes it under two lock acquisitions.
 pub const STEAL_UNCHECKED: u8 = 3;
+/// A drain picks the empty slices and gives them back to the reserve under
+/// two lock acquisitions.
+pub const GIVE_BACK_UNCHECKED: u8 = 4;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

@@ -284,3 +284,225 @@ fn threads_on_many_nodes() {
     v.drain_pools();
     assert_eq!(v.busy_bytes(), 0);
 }
+
+// Issue 17: free space must stay free for every request. A node used to keep
+// a slice for ever once it had taken it, and requests larger than a quarter
+// slice were served by the reserve alone, so small-allocation churn could
+// leave a large request failing with `NoSpace` although nothing was
+// allocated.
+
+fn cfg(nr_nodes: usize, slice_pages: u64, pool_depth: usize) -> ShardedConfig {
+    ShardedConfig {
+        nr_nodes,
+        slice_size: Some(slice_pages * P),
+        pool_depth,
+    }
+}
+
+#[test]
+fn whole_window_after_one_page_churn_on_one_node() {
+    let end = va(BASE + 64 * P);
+    let v: ShardedVmap = ShardedVmap::with_config(va(BASE), end, P, cfg(1, 16, 0)).unwrap();
+    // The whole window is free before any slice has been handed out.
+    let all = v.alloc(0, 64 * P, P, va(BASE), end).unwrap();
+    v.free_area(&all).unwrap();
+    // One page takes a slice for node 0; freeing it leaves the slice empty.
+    let a = v.alloc(0, P, P, va(BASE), end).unwrap();
+    assert_eq!(a.node, 0);
+    v.free_area(&a).unwrap();
+    v.drain_pools();
+    assert_eq!(v.busy_bytes(), 0);
+    let all = v
+        .alloc(0, 64 * P, P, va(BASE), end)
+        .expect("nothing is allocated: the whole window is free");
+    assert_eq!((all.va_start, all.va_end), (va(BASE), end));
+    v.check_invariants().unwrap();
+    v.free_area(&all).unwrap();
+    assert_eq!(v.busy_bytes(), 0);
+}
+
+/// The figures of the report: 3 nodes, 64-page slices, 4 096 pages; 1 638
+/// small areas (1 to 4 pages, every node) allocated, then all freed; the
+/// pools are left as they are (default depth), so the allocator itself must
+/// give the parked areas and the empty slices back.
+#[test]
+fn half_space_after_small_churn_on_three_nodes() {
+    let end = va(BASE + 4096 * P);
+    let v: ShardedVmap = ShardedVmap::with_config(va(BASE), end, P, cfg(3, 64, 64)).unwrap();
+    let small: Vec<_> = (0..1638u64)
+        .map(|k| {
+            v.alloc(k as usize % 3, (1 + k % 4) * P, P, va(BASE), end)
+                .unwrap()
+        })
+        .collect();
+    for a in &small {
+        v.free_area(a).unwrap();
+    }
+    let half = v
+        .alloc(1, 2048 * P, P, va(BASE), end)
+        .expect("nothing is allocated: half the space is free");
+    assert_eq!(half.size(), 2048 * P);
+    assert_eq!(half.node, v.reserve_id());
+    v.check_invariants().unwrap();
+    // The other half too, now that the first is taken.
+    let other = v.alloc(2, 2048 * P, P, va(BASE), end).unwrap();
+    v.free_area(&half).unwrap();
+    v.free_area(&other).unwrap();
+    v.drain_pools();
+    assert_eq!(v.busy_bytes(), 0);
+}
+
+/// An exact request for a range just freed into a node's pool takes the
+/// range out of the pool, whether it is the parked area itself or a part
+/// of it.
+#[test]
+fn exact_request_takes_a_pooled_range() {
+    let end = va(BASE + 64 * P);
+    let v: ShardedVmap = ShardedVmap::with_config(va(BASE), end, P, cfg(2, 16, 8)).unwrap();
+    let a = v.alloc(0, 2 * P, P, va(BASE), end).unwrap();
+    let keep = v.alloc(0, P, P, va(BASE), end).unwrap();
+    v.free_area(&a).unwrap(); // parked in node 0's pool
+    let x = v
+        .alloc_on(1, &AllocRequest::exact(a.va_start, 2 * P, P))
+        .expect("the parked area is free");
+    assert_eq!((x.va_start, x.va_end, x.node), (a.va_start, a.va_end, 0));
+    v.free_area(&x).unwrap(); // parked again
+    let y = v
+        .alloc_on(0, &AllocRequest::exact(va(a.va_start.as_u64() + P), P, P))
+        .expect("part of the parked area is free");
+    assert_eq!(y.node, 0);
+    // The rest of the parked area is free space again, not parked.
+    let z = v
+        .alloc_on(0, &AllocRequest::exact(a.va_start, P, P))
+        .unwrap();
+    v.check_invariants().unwrap();
+    for b in [y, z, keep] {
+        v.free_area(&b).unwrap();
+    }
+    v.drain_pools();
+    assert_eq!(v.busy_bytes(), 0);
+}
+
+/// An exact request across two slices that nodes hold but no longer use.
+#[test]
+fn exact_request_across_empty_slices() {
+    let end = va(BASE + 64 * P);
+    let v: ShardedVmap = ShardedVmap::with_config(va(BASE), end, P, cfg(2, 16, 8)).unwrap();
+    let a = v.alloc(0, P, P, va(BASE), end).unwrap();
+    let b = v.alloc(1, P, P, va(BASE), end).unwrap();
+    assert_ne!(
+        a.va_start.as_u64() / (16 * P),
+        b.va_start.as_u64() / (16 * P)
+    );
+    v.free_area(&a).unwrap();
+    v.free_area(&b).unwrap();
+    let x = v
+        .alloc_on(0, &AllocRequest::exact(va(BASE + 8 * P), 16 * P, P))
+        .expect("both slices are empty");
+    assert_eq!(x.node, v.reserve_id());
+    v.check_invariants().unwrap();
+    v.free_area(&x).unwrap();
+    v.drain_pools();
+    assert_eq!(v.busy_bytes(), 0);
+}
+
+/// A request larger than a quarter slice, with no room left in the reserve,
+/// is carved from free space inside a slice a node is using.
+#[test]
+fn large_request_uses_room_inside_a_used_slice() {
+    let end = va(BASE + 64 * P);
+    let v: ShardedVmap = ShardedVmap::with_config(va(BASE), end, P, cfg(1, 16, 0)).unwrap();
+    let a = v.alloc(0, P, P, va(BASE), end).unwrap();
+    assert_eq!(a.va_start, va(BASE));
+    // The three other slices, straight from the reserve.
+    let big = v.alloc(0, 48 * P, P, va(BASE), end).unwrap();
+    assert_eq!(big.node, v.reserve_id());
+    let x = v
+        .alloc(0, 8 * P, P, va(BASE), end)
+        .expect("15 pages are free in node 0's slice");
+    assert_eq!((x.va_start, x.node), (va(BASE + P), 0));
+    v.check_invariants().unwrap();
+    for z in [a, big, x] {
+        v.free_area(&z).unwrap();
+    }
+    assert_eq!(v.busy_bytes(), 0);
+}
+
+/// The documented guarantee, against a brute-force search: single-threaded,
+/// a request fails with `NoSpace` only if no range satisfying it is free of
+/// live areas and either lies inside one slice or meets no slice a node is
+/// still using (one that holds a live area of that node).
+#[test]
+fn no_space_only_when_no_range_qualifies() {
+    const SLICE: u64 = 16 * P;
+    let (s, e) = (BASE, BASE + 512 * P);
+    for (nodes, pool_depth, seed) in [(1, 0, 1), (3, 4, 2), (4, 64, 3)] {
+        let v: ShardedVmap =
+            ShardedVmap::with_config(va(s), va(e), P, cfg(nodes, 16, pool_depth)).unwrap();
+        let mut rng = Rng(seed);
+        let mut live: Vec<VmapArea> = Vec::new();
+        let mut failures = 0;
+        // Fewer steps under miri, where the brute-force search is slow.
+        for step in 0..if cfg!(miri) { 300 } else { 3000 } {
+            if rng.chance(50) || live.is_empty() {
+                let size = match rng.below(10) {
+                    0..=6 => 1 + rng.below(4),
+                    7 | 8 => 5 + rng.below(28),
+                    _ => 33 + rng.below(200),
+                } * P;
+                let align = P << rng.below(3);
+                let exact = rng.chance(10);
+                let r = if exact {
+                    AllocRequest::exact(va(s + rng.below((e - s - size) / P + 1) * P), size, P)
+                } else {
+                    AllocRequest::new(size, align, va(s), va(e))
+                };
+                match v.alloc_on(rng.below(8) as usize, &r) {
+                    Ok(a) => live.push(a),
+                    Err(VmapError::NoSpace { .. }) => {
+                        failures += 1;
+                        let used: Vec<u64> = live
+                            .iter()
+                            .filter(|a| a.node != v.reserve_id())
+                            .map(|a| a.va_start.as_u64() / SLICE)
+                            .collect();
+                        let free = |a: u64, z: u64| {
+                            live.iter()
+                                .all(|b| b.va_end.as_u64() <= a || z <= b.va_start.as_u64())
+                        };
+                        let (lo, hi, step_by) = match r.exact {
+                            Some(x) => (x.as_u64(), x.as_u64(), 1),
+                            None => (s, e.saturating_sub(size), align),
+                        };
+                        let mut a = lo.div_ceil(step_by) * step_by;
+                        while a <= hi && a + size <= e {
+                            let z = a + size;
+                            let one_slice = a / SLICE == (z - 1) / SLICE;
+                            let meets_used =
+                                (a / SLICE..=(z - 1) / SLICE).any(|k| used.contains(&k));
+                            assert!(
+                                !(free(a, z) && (one_slice || !meets_used)),
+                                "nodes {nodes}, step {step}: {r:?} refused but [{a:#x}, {z:#x}) qualifies"
+                            );
+                            a += step_by;
+                        }
+                    }
+                    Err(err) => panic!("step {step}: {err}"),
+                }
+            } else {
+                let k = rng.below(live.len() as u64) as usize;
+                v.free_area(&live.swap_remove(k)).unwrap();
+            }
+        }
+        assert!(
+            cfg!(miri) || failures > 0,
+            "the workload must fill the space at times"
+        );
+        v.check_invariants().unwrap();
+        for a in live {
+            v.free_area(&a).unwrap();
+        }
+        v.drain_pools();
+        assert_eq!(v.busy_bytes(), 0);
+    }
+}

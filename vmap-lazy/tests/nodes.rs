@@ -287,3 +287,44 @@ fn on_cpu<T>(cpu: usize, v: &T) -> &T {
     HostedCpus::run_on(cpu);
     v
 }
+
+/// Issue 17 through vmalloc: a one-page vmalloc / vfree / purge used to
+/// leave its slice with node 0 for ever, and a vmalloc of the whole window
+/// then failed with `NoVirtualSpace` (the built-in purge-and-retry could not
+/// help). The front must give the empty slice back.
+#[test]
+fn whole_window_vmalloc_after_one_page_churn_on_sharded_nodes() {
+    use vmap_core::sharded::ShardedConfig;
+    const WINDOW: u64 = 64;
+    let arena = arena(4 << 20);
+    let mem = VmallocMem::new(&arena);
+    let tlb = SoftTlb::new(CPUS, PAGE, arch_api::CostModel::FREE);
+    let cfg = ShardedConfig {
+        nr_nodes: 1,
+        slice_size: Some(16 * PAGE),
+        pool_depth: 0,
+    };
+    let nodes: ShardedVmap<arch_api::sync::DefaultRawMutex, NodeLazy> = ShardedVmap::with_config(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + WINDOW * PAGE),
+        PAGE,
+        cfg,
+    )
+    .unwrap();
+    let v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
+        Vmalloc::new(&mem, nodes, tlb.on(0), HostedCpus::new(1), LazyMaxPages).unwrap();
+    let all = v.vmalloc(WINDOW * PAGE).unwrap();
+    v.vfree(all).unwrap();
+    v.purge_vmap_area_lazy();
+    let a = v.vmalloc(PAGE).unwrap();
+    v.vfree(a).unwrap();
+    v.purge_vmap_area_lazy();
+    assert_eq!(v.vmap_lazy_nr(), 0);
+    assert_eq!(v.nodes().busy_bytes(), 0, "nothing is allocated");
+    let all = v.vmalloc(WINDOW * PAGE).expect("the whole window is free");
+    assert_eq!(all, VirtAddr::new(VSTART));
+    v.vfree(all).unwrap();
+    v.purge_vmap_area_lazy();
+    assert_eq!(v.nodes().busy_bytes(), 0);
+    assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "no frame leaked");
+}

@@ -21,12 +21,39 @@
 //! Requests larger than a quarter slice and exact-address requests go to
 //! the reserve (or, for an exact address, to the slice's owner) directly.
 //!
+//! A request that would fail there with `NoSpace` is retried once, on a
+//! cold path: every node's pool is drained, every empty slice (no live and
+//! no parked area) goes back to the reserve, and the request is tried on
+//! its own node (small requests), in the reserve and, if it fits in one
+//! slice, in every node's slices. [`drain_pools`](VmapNodes::drain_pools)
+//! gives empty slices back too. An exact request for a range parked in a
+//! pool takes it out of the pool. Slices are not given back when their last
+//! area is freed: a node that frees its only area and allocates again would
+//! otherwise take the reserve lock twice per pair.
+//!
 //! **Placement guarantee.** Every area lies in `[vstart, vend)`, satisfies
 //! `align`, `phase` and `nocross`, and overlaps no other live area. Within
 //! the slice (or reserve) it was carved from, it is the lowest fit. It is
 //! NOT the lowest fit of the whole space: another node's slice, or the pool
 //! (which reuses a recently freed area of the same size), may give a higher
-//! address. An exact request spanning two slices fails with `NoSpace`.
+//! address.
+//!
+//! **No-space guarantee** (issue 17). Pooled areas and empty slices count as
+//! free. With no concurrent call, a request fails with `NoSpace` only if no
+//! range satisfying it (window, alignment, phase, `nocross`, exact address)
+//! is free of live areas and
+//!
+//! * lies inside one slice, or
+//! * meets no slice that holds a live area of a node.
+//!
+//! So with nothing allocated every valid request is served; the only free
+//! space a request can miss is a range that crosses a slice boundary into,
+//! or out of, a slice a node is using (the reserve sees such a slice as one
+//! busy block). With concurrent calls the same holds of what the retry saw
+//! of each node and of the reserve, one lock at a time: another CPU may take
+//! a slice or a range in between (or a slice being stolen is in neither
+//! node's list for a moment), and the request then fails although the space
+//! was free at some point during the call.
 //!
 //! Locks: a node lock may be held while the reserve lock is taken; never two
 //! node locks at once.
@@ -354,7 +381,154 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         sl.space.find_unlink(addr)
     }
 
-    /// Drains node `node`'s pool.
+    /// Steps 1 to 6 of the module docs for a request without an exact
+    /// address.
+    #[inline]
+    fn alloc_fast(&self, i: usize, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+        let nr = self.nodes.len();
+        if fit.size <= self.slice_size / 4 {
+            let mut guard = self.nodes[i].lock();
+            let st = &mut *guard;
+            if let Some(a) = self.take_pooled(st, fit) {
+                return Ok(a);
+            }
+            if let Some(a) = self.alloc_in_slices(st, req, fit) {
+                return Ok(a);
+            }
+            if let Some(a) = self.grow(st, req, fit) {
+                return Ok(a);
+            }
+            if st.pool.len() > 0 {
+                Self::drain_locked(st);
+                if let Some(a) = self.alloc_in_slices(st, req, fit) {
+                    return Ok(a);
+                }
+            }
+            drop(guard);
+            for k in 1..nr {
+                if let Some(a) = self.steal(i, (i + k) % nr, req, fit) {
+                    return Ok(a);
+                }
+            }
+        }
+        self.reserve.lock().alloc_request(req)
+    }
+
+    /// An exact request `[a, a + size)`: in the slice's owner if a node owns
+    /// the slice holding `a`, else in the reserve.
+    fn alloc_exact(&self, a: u64, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+        let owner = self
+            .owner_slot(a)
+            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        if owner == NO_OWNER {
+            return self.reserve.lock().alloc_request(req);
+        }
+        let no_space = |e| match e {
+            // The range runs past the slice.
+            VmapError::OutsideSpace { .. } => fit.no_space(),
+            e => e,
+        };
+        let mut guard = self.nodes[owner as usize].lock();
+        let st = &mut *guard;
+        let index = a / self.slice_size;
+        // The slice may have changed owner since `owner` was read.
+        let Ok(pos) = st.slices.binary_search_by_key(&index, |s| s.index) else {
+            return Err(fit.no_space());
+        };
+        let r = st.slices[pos].space.alloc_request(req).map_err(no_space);
+        if r.is_ok() || st.pool.len() == 0 {
+            return r;
+        }
+        // Pooled areas are free space the node only remembers: an exact
+        // request for (part of) one takes it out of the pool.
+        let sl = &mut st.slices[pos];
+        let mut released = false;
+        st.pool
+            .take_overlapping(index, fit.vstart, fit.vend, self.page_size, |e| {
+                sl.space.release_parked(e.node);
+                released = true;
+            });
+        if !released {
+            return r;
+        }
+        sl.space.alloc_request(req).map_err(no_space)
+    }
+
+    /// The retry after `NoSpace` (cold). Free space may be out of the
+    /// request's reach in three places: parked in a pool, in an empty slice
+    /// a node keeps (the reserve sees the whole slice as busy), or inside a
+    /// slice in use, which a request larger than a quarter slice never
+    /// searches. So: drain every pool and give every empty slice back to the
+    /// reserve, then try the request's own node (small requests), the
+    /// reserve, and, if the request fits in a slice, every node's slices.
+    /// See "No-space guarantee" in the module docs.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&self, i: usize, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+        self.drain_all();
+        if let Some(a) = req.exact {
+            return self.alloc_exact(a.as_u64(), req, fit);
+        }
+        if fit.size <= self.slice_size / 4 {
+            // A slice of its own again, rather than a small area in the
+            // reserve, which would keep the slice from being handed out.
+            let mut st = self.nodes[i].lock();
+            if let Some(a) = self.alloc_in_slices(&mut st, req, fit) {
+                return Ok(a);
+            }
+            if let Some(a) = self.grow(&mut st, req, fit) {
+                return Ok(a);
+            }
+        }
+        let r = self.reserve.lock().alloc_request(req);
+        if !matches!(r, Err(VmapError::NoSpace { .. })) || fit.size > self.slice_size {
+            return r;
+        }
+        let nr = self.nodes.len();
+        for k in 0..nr {
+            let mut st = self.nodes[(i + k) % nr].lock();
+            if let Some(a) = self.alloc_in_slices(&mut st, req, fit) {
+                return Ok(a);
+            }
+        }
+        r
+    }
+
+    /// Gives node `st`'s empty slices (no live nor parked area) back to the
+    /// reserve (node lock held), so that requests spanning them, or larger
+    /// than a quarter slice, can use their space again.
+    fn give_back_empty(&self, st: &mut NodeState<L>) {
+        if !st.slices.iter().any(|s| s.space.is_empty()) {
+            return;
+        }
+        let mut reserve = self.reserve.lock();
+        st.slices.retain(|sl| {
+            if !sl.space.is_empty() {
+                return true;
+            }
+            let s0 = sl.index * self.slice_size;
+            // Under the reserve lock, so a free of an address in the slice
+            // that reads NO_OWNER (a double free) waits for the unlink below
+            // and then finds nothing.
+            if let Some(o) = self.owner_slot(s0) {
+                o.store(NO_OWNER, Ordering::Release);
+            }
+            // Cannot fail: the slice has been busy in the reserve since
+            // `grow` handed it out.
+            let _ = reserve.find_unlink(VirtAddr::new(s0));
+            false
+        });
+    }
+
+    /// [`drain_pool`](Self::drain_pool) on every node.
+    fn drain_all(&self) {
+        for i in 0..self.nodes.len() {
+            self.drain_pool(i);
+        }
+    }
+
+    /// Drains node `node`'s pool and gives its empty slices back to the
+    /// reserve.
     pub fn drain_pool(&self, node: usize) {
         let node = node % self.nodes.len();
         #[cfg(kmm_loom)]
@@ -373,7 +547,36 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
             st.pool.clear();
             return;
         }
-        Self::drain_locked(&mut self.nodes[node].lock());
+        #[cfg(kmm_loom)]
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::GIVE_BACK_UNCHECKED) {
+            // Broken variant (loom_give_back_broken): the empty slices are
+            // picked under one acquisition of the node's lock and given back
+            // under a second one, without checking again; the node may have
+            // allocated in one of them in between.
+            let empty: Vec<u64> = {
+                let mut st = self.nodes[node].lock();
+                Self::drain_locked(&mut st);
+                let e = st.slices.iter().filter(|s| s.space.is_empty());
+                e.map(|s| s.index).collect()
+            };
+            let mut st = self.nodes[node].lock();
+            let mut reserve = self.reserve.lock();
+            st.slices.retain(|sl| {
+                if !empty.contains(&sl.index) {
+                    return true;
+                }
+                let s0 = sl.index * self.slice_size;
+                if let Some(o) = self.owner_slot(s0) {
+                    o.store(NO_OWNER, Ordering::Release);
+                }
+                let _ = reserve.find_unlink(VirtAddr::new(s0));
+                false
+            });
+            return;
+        }
+        let mut st = self.nodes[node].lock();
+        Self::drain_locked(&mut st);
+        self.give_back_empty(&mut st);
     }
 
     /// Checks every node's slices, pools and owner entries, and the reserve.
@@ -389,6 +592,11 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
                     .ok_or("slice outside the owner table")?;
                 if o.load(Ordering::Acquire) != st.id || sl.space.node_id() != st.id {
                     return Err("slice owner mismatch");
+                }
+                let s0 = VirtAddr::new(sl.index * self.slice_size);
+                let held = self.reserve.lock().find(s0);
+                if held.is_none_or(|a| a.va_start != s0 || a.size() != self.slice_size) {
+                    return Err("node slice not held in the reserve");
                 }
             }
             if parked != st.pool.len() {
@@ -436,51 +644,15 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
 
     fn alloc_on(&self, node: usize, req: &AllocRequest) -> Result<VmapArea, VmapError> {
         let fit = req.validate(self.start, self.end, self.page_size)?;
-        let nr = self.nodes.len();
-        let i = node % nr;
-        if let Some(a) = req.exact {
-            let owner = self
-                .owner_slot(a.as_u64())
-                .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
-            if owner != NO_OWNER {
-                let mut st = self.nodes[owner as usize].lock();
-                let index = a.as_u64() / self.slice_size;
-                return match Self::slice_mut(&mut st, index) {
-                    Some(sl) => sl.space.alloc_request(req).map_err(|e| match e {
-                        VmapError::OutsideSpace { .. } => fit.no_space(),
-                        e => e,
-                    }),
-                    None => Err(fit.no_space()),
-                };
-            }
-            return self.reserve.lock().alloc_request(req);
+        let i = node % self.nodes.len();
+        let r = match req.exact {
+            Some(a) => self.alloc_exact(a.as_u64(), req, &fit),
+            None => self.alloc_fast(i, req, &fit),
+        };
+        match r {
+            Err(VmapError::NoSpace { .. }) => self.alloc_slow(i, req, &fit),
+            r => r,
         }
-        if fit.size <= self.slice_size / 4 {
-            let mut guard = self.nodes[i].lock();
-            let st = &mut *guard;
-            if let Some(a) = self.take_pooled(st, &fit) {
-                return Ok(a);
-            }
-            if let Some(a) = self.alloc_in_slices(st, req, &fit) {
-                return Ok(a);
-            }
-            if let Some(a) = self.grow(st, req, &fit) {
-                return Ok(a);
-            }
-            if st.pool.len() > 0 {
-                Self::drain_locked(st);
-                if let Some(a) = self.alloc_in_slices(st, req, &fit) {
-                    return Ok(a);
-                }
-            }
-            drop(guard);
-            for k in 1..nr {
-                if let Some(a) = self.steal(i, (i + k) % nr, req, &fit) {
-                    return Ok(a);
-                }
-            }
-        }
-        self.reserve.lock().alloc_request(req)
     }
 
     fn free_area(&self, area: &VmapArea) -> Result<VmapArea, VmapError> {
@@ -525,9 +697,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     fn drain_pools(&self) {
-        for i in 0..self.nodes.len() {
-            self.drain_pool(i);
-        }
+        self.drain_all();
     }
 
     fn busy_bytes(&self) -> u64 {

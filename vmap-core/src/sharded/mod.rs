@@ -86,7 +86,8 @@ pub trait VmapNodes: Sync {
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;
 
     /// Returns every pooled (recently freed, kept for reuse) area to the free
-    /// space, e.g. before retrying a failed allocation.
+    /// space, e.g. before retrying a failed allocation. The sharded front
+    /// also gives every empty slice back to its reserve.
     fn drain_pools(&self);
 
     /// Bytes in live and pooled areas.

@@ -67,6 +67,33 @@ impl Pool {
         Some(v.swap_remove(pos))
     }
 
+    /// Removes the entries of slice `slice` overlapping `[lo, hi)` and hands
+    /// each to `f` (an exact request for a range that is parked: the range
+    /// is free to the caller, the pool only remembered it). Looks at every
+    /// entry, so only the exact-address path, which is rare, calls it.
+    pub(crate) fn take_overlapping(
+        &mut self,
+        slice: u64,
+        lo: u64,
+        hi: u64,
+        page_size: u64,
+        mut f: impl FnMut(PoolEntry),
+    ) {
+        let mut taken = 0;
+        for (c, v) in self.classes.iter_mut().enumerate() {
+            let bytes = (c as u64 + 1) * page_size;
+            v.retain(|e| {
+                let hit = e.slice == slice && e.start < hi && e.start + bytes > lo;
+                if hit {
+                    f(*e);
+                    taken += 1;
+                }
+                !hit
+            });
+        }
+        self.len -= taken;
+    }
+
     /// Entries currently parked.
     pub(crate) fn len(&self) -> usize {
         self.len

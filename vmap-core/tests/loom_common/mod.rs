@@ -1,4 +1,4 @@
-//! The three loom models of the sharded front, shared by the correct test
+//! The four loom models of the sharded front, shared by the correct test
 //! binaries (`loom_*.rs`) and the broken ones (`loom_*_broken.rs`, which
 //! select a mutation in `vmap_core::loom_mutation` first).
 #![allow(dead_code)]
@@ -119,5 +119,40 @@ pub fn steal_races_owner_alloc() {
         let fx = ok(v.free_area(&x));
         let fy = ok(v.free_area(&y));
         verdict(v, vec![disjoint, fx, fy]);
+    });
+}
+
+/// Model 4: node 1's request for the whole window fails in the reserve
+/// (node 0 holds slice 0, empty) and its retry gives node 0's empty slice
+/// back, while node 0 allocates in that slice. A slice may only go back
+/// while it is empty: the two areas must not overlap, both must free
+/// through their recorded node, and at least one of the two requests must
+/// succeed (whichever runs second finds the space the first took).
+pub fn give_back_races_owner_alloc() {
+    loom::model(|| {
+        let v = Arc::new(space(2, 0));
+        let (s, e) = all();
+        // Node 0 takes slice 0 and leaves it empty; slice 1 stays in the
+        // reserve.
+        let a = v.alloc(0, P, P, s, e).unwrap();
+        v.free_area(&a).unwrap();
+        let v2 = Arc::clone(&v);
+        let t = thread::spawn(move || v2.alloc(0, P, P, s, e));
+        // 8 pages: more than a quarter slice, so straight to the reserve.
+        let big = v.alloc(1, 8 * P, P, s, e);
+        let small = t.join().unwrap();
+        let mut checks = Vec::new();
+        if let (Ok(x), Ok(y)) = (&small, &big) {
+            if !(x.va_end <= y.va_start || y.va_end <= x.va_start) {
+                checks.push(Err(format!("overlap {x:?} {y:?}")));
+            }
+        }
+        if small.is_err() && big.is_err() {
+            checks.push(Err("both requests failed".into()));
+        }
+        for x in [small, big].into_iter().flatten() {
+            checks.push(ok(v.free_area(&x)));
+        }
+        verdict(v, checks);
     });
 }

@@ -17,14 +17,34 @@ mod vmalloc_loop;
 use crate::arch;
 use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
+use arch_api::Platform;
+use arch_api::sync::DefaultRawMutex;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::SlubGlobalAlloc;
 
+/// This kernel, named once for the mm crates: its live page-table layout,
+/// the frame bitmap reached through the identity map (`Frames` is both),
+/// the real TLB flusher, one CPU, `spin`'s lock, the target's DW-CAS.
+pub struct DemoKernel;
+
+// SAFETY: the bitmap hands each frame to one owner until it is freed, every
+// frame is RAM the identity map reaches, the map is its own inverse, and
+// `Frames` allocates through nothing but the bitmap (never the global
+// allocator); `OneCpu` upholds `CpuLocal`'s contract (see `cpu.rs`).
+unsafe impl Platform for DemoKernel {
+    type Layout = arch::Layout;
+    type Mem = Frames;
+    type Tlb = arch::Tlb;
+    type Cpu = OneCpu;
+    type Lock = DefaultRawMutex;
+    type DwCas = slub_core::DefaultDwCas;
+}
+
 /// kmalloc over the kernel's frames, one CPU: slab pages straight from the
-/// frame bitmap, reached through the identity map (`Frames` is both).
+/// frame bitmap.
 #[global_allocator]
-static ALLOC: SlubGlobalAlloc<Frames, OneCpu> = SlubGlobalAlloc::new(Frames, OneCpu);
+static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, OneCpu);
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;

@@ -76,8 +76,8 @@
 //! * `K::Cpu`, a [`CpuLocal`]: CPU id and guard. Hosted (feature `std`):
 //!   `ThreadCpus` (each thread is a CPU; CPU-local CAS) and `MigratingCpus`
 //!   (tasks share CPU slots and can migrate between reading the tid and the
-//!   CAS; SMP CAS). Bare metal: the OS implements it; `cpu_local/mod.rs`
-//!   lists what it must guarantee.
+//!   CAS; SMP CAS). Bare metal: the OS implements it; the
+//!   [`cpu`](arch_api::cpu) module docs list what it must guarantee.
 //! * `K::Mem`: where slab pages come from: the OS's arch-api `FrameSource`
 //!   and its direct map `PhysMap`, as one handle (the kernel's own, or
 //!   [`FramePages`] pairing two); [`PageSource`] lists the sizes,

@@ -48,7 +48,10 @@ use crate::tlb::TlbFlush;
 /// its [`PhysMap::phys_to_ptr`] gives a pointer valid for reads and writes
 /// of every such frame ([`PhysMap::ptr_to_phys`] going back to the same
 /// frame): page tables, vmalloc's backing pages and slab pages are written
-/// through it. [`Cpu`](Self::Cpu) upholds [`CpuLocal`]'s contract.
+/// through it. `Mem` does not allocate through an allocator built on it
+/// (a slab `#[global_allocator]`'s frames come from elsewhere), which would
+/// re-enter that allocator under its own guard. [`Cpu`](Self::Cpu) upholds
+/// [`CpuLocal`]'s contract.
 pub unsafe trait Platform {
     /// The page-table format of the kernel's tables (vmalloc's window).
     type Layout: PageTableLayout;

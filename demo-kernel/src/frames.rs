@@ -147,7 +147,3 @@ impl PhysMap for Frames {
         Some(PhysAddr::new(ptr as u64))
     }
 }
-
-// SAFETY: the bitmap hands each frame to one owner until it is freed; every
-// frame is RAM the identity map reaches, and the map is its own inverse.
-unsafe impl slub_core::PageSource for Frames {}

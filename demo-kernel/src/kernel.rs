@@ -17,14 +17,15 @@ mod vmalloc_loop;
 use crate::arch;
 use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
+use crate::platform::DemoKernel;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::SlubGlobalAlloc;
 
 /// kmalloc over the kernel's frames, one CPU: slab pages straight from the
-/// frame bitmap, reached through the identity map (`Frames` is both).
+/// frame bitmap.
 #[global_allocator]
-static ALLOC: SlubGlobalAlloc<Frames, OneCpu> = SlubGlobalAlloc::new(Frames, OneCpu);
+static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, OneCpu);
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;

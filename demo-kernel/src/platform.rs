@@ -1,24 +1,23 @@
-//! The kernel's platform, named once: what vmap-lazy (and, as it moves
-//! over, slub-core) is generic over.
+//! The kernel's platform, named once: what vmap-lazy and slub-core are
+//! generic over.
 
 use crate::{arch, cpu::OneCpu, frames::Frames};
 use arch_api::{Platform, sync::DefaultRawMutex};
 
-/// This kernel: its live tables' layout, the frame bitmap with the
-/// identity map, the counted TLB flusher, one CPU.
+/// This kernel: its live tables' layout, the frame bitmap reached through
+/// the identity map (`Frames` is both), the counted TLB flusher, one CPU,
+/// `spin`'s lock, the target's DW-CAS.
 pub struct DemoKernel;
 
-// SAFETY: `Frames` hands out free RAM frames that nobody else uses until
-// they are freed, and its identity map (offset 0) reaches every one of
-// them, both ways; `OneCpu` upholds `CpuLocal`'s contract (see `cpu.rs`).
+// SAFETY: the bitmap hands each frame to one owner until it is freed, every
+// frame is RAM the identity map (offset 0) reaches, the map is its own
+// inverse, and `Frames` allocates through nothing but the bitmap (never the
+// global allocator); `OneCpu` upholds `CpuLocal`'s contract (see `cpu.rs`).
 unsafe impl Platform for DemoKernel {
     type Layout = arch::Layout;
     type Mem = Frames;
     type Tlb = arch::Tlb;
     type Cpu = OneCpu;
     type Lock = DefaultRawMutex;
-    #[cfg(target_arch = "x86_64")]
-    type DwCas = arch_x86_64::Cmpxchg16b;
-    #[cfg(target_arch = "aarch64")]
-    type DwCas = arch_aarch64::Casp;
+    type DwCas = slub_core::DefaultDwCas;
 }

@@ -8,6 +8,7 @@ use crate::cli::Common;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use slabmalloc::Allocator as _;
+use slub_core::testing::HostedPlatform;
 use slub_core::{CacheFlags, Kmalloc, SystemPages, ThreadCpus};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -102,7 +103,7 @@ trait Bench: Sync {
     }
 }
 
-struct Slub(Kmalloc<&'static SystemPages, ThreadCpus>);
+struct Slub(Kmalloc<HostedPlatform<&'static SystemPages, ThreadCpus>>);
 impl Bench for Slub {
     #[inline(always)]
     fn alloc(&self, l: Layout) -> *mut u8 {
@@ -456,7 +457,8 @@ pub fn slabinfo(common: &Common, a: &SlabinfoArgs) -> i32 {
     } else {
         CacheFlags::empty()
     };
-    let km: Kmalloc<&SystemPages, ThreadCpus> = Kmalloc::new(pages, ThreadCpus, flags).unwrap();
+    let km: Kmalloc<HostedPlatform<&SystemPages, ThreadCpus>> =
+        Kmalloc::new(pages, ThreadCpus, flags).unwrap();
     let mut held = Vec::new();
     for i in 0..20_000usize {
         let l = Layout::from_size_align(8 << (i % 12), 8).unwrap();

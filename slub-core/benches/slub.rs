@@ -3,6 +3,7 @@
 //! `cargo bench -p slub-core --bench slub`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use slub_core::testing::HostedPlatform;
 use slub_core::{CacheFlags, KmemCache, SystemPages, ThreadCpus};
 use std::hint::black_box;
 
@@ -12,7 +13,7 @@ fn fronts(c: &mut Criterion) {
         ("tid", CacheFlags::empty()),
         ("sheaves", CacheFlags::SHEAVES),
     ] {
-        let cache: KmemCache<&SystemPages, ThreadCpus> =
+        let cache: KmemCache<HostedPlatform<&SystemPages, ThreadCpus>> =
             KmemCache::new("bench-256", 256, 8, flags, &pages, ThreadCpus).unwrap();
         c.bench_function(&format!("{name}/fastpath_reuse_256"), |b| {
             b.iter(|| {

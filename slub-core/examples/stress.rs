@@ -4,15 +4,33 @@
 //! remotely, for both fronts; then `destroy` must succeed and every page must
 //! be back in the arena. Exits non-zero otherwise.
 
-use arch_api::PhysArena;
-use slub_core::{ArenaPages, CacheFlags, KmemCache, ThreadCpus};
+use arch_api::sync::DefaultRawMutex;
+use arch_api::{PhysArena, Platform, SoftTlbCpu};
+use slub_core::{ArenaPages, CacheFlags, DefaultDwCas, KmemCache, ThreadCpus};
+use std::marker::PhantomData;
 use std::sync::mpsc;
 use std::time::Instant;
+
+/// The platform, named once: slab pages from a simulated physical arena,
+/// each thread a CPU.
+struct Hosted<'a>(PhantomData<&'a ()>);
+
+// SAFETY: `ArenaPages` hands each range of its arena to one owner until it
+// is freed and maps it linearly both ways (its `PageSource` promise);
+// `ThreadCpus` upholds `CpuLocal`'s contract.
+unsafe impl<'a> Platform for Hosted<'a> {
+    type Layout = arch_ia64_sim::Ia64Sim; // vmalloc's tables (slabs map none)
+    type Mem = &'a ArenaPages<'a>;
+    type Tlb = SoftTlbCpu<'a>;
+    type Cpu = ThreadCpus;
+    type Lock = DefaultRawMutex;
+    type DwCas = DefaultDwCas;
+}
 
 fn run(flags: CacheFlags, threads: usize, ops: usize) -> Result<(u64, u64), String> {
     let a = PhysArena::new(1 << 30, 4096).map_err(|e| e.to_string())?;
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<Hosted<'_>> =
         KmemCache::new("stress", 200, 8, flags, &pages, ThreadCpus).map_err(|e| e.to_string())?;
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
     let peak = std::sync::atomic::AtomicU64::new(0);

@@ -10,14 +10,14 @@ use crate::barn::Barn;
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::freelist::Codec;
-use crate::page_source::{PageSource, SlabPages};
+use crate::mem::PlatformMem;
+use crate::page_source::SlabPages;
 use crate::sheaves::SheafFront;
 use crate::slab::Geometry;
 use crate::slabs::{Slabs, SlabsConfig, mix};
 use crate::stats::SlabInfo;
 use crate::tid::{FastFree, TidFront};
-use arch_api::DwCas;
-use arch_api::sync::{DefaultRawMutex, RawMutex};
+use arch_api::Platform;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -69,28 +69,21 @@ impl Default for CacheConfig {
     }
 }
 
-/// A SLUB cache of fixed-size objects (`struct kmem_cache`).
-///
-/// Generic over the page source `P`, the per-CPU backend `C`, the DW-CAS `D`
-/// (default: the target's, see [`crate::DefaultDwCas`]) and the raw lock `R`
-/// of the node lists and the barn.
+/// A SLUB cache of fixed-size objects (`struct kmem_cache`) on the
+/// platform `K`: slab pages from `K::Mem`, the CPU from `K::Cpu`, the fast
+/// path's `K::DwCas`, node lists and barn under `K::Lock`.
 #[repr(C)]
-pub struct KmemCache<
-    P: PageSource,
-    C: CpuLocal,
-    D: DwCas = crate::DefaultDwCas,
-    R: RawMutex = DefaultRawMutex,
-> {
+pub struct KmemCache<K: Platform> {
     /// First, so that `&self.slabs` is `self`: the calls from the fronts
     /// into the slab layer need no address computation.
-    slabs: Slabs<P, C, D, R>,
+    slabs: Slabs<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     /// The front and whether the cache is destroyed, in the one byte every
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
     mode: AtomicU8,
-    tid: TidFront<P, C, D, R>,
+    tid: TidFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     /// Has no per-CPU array on a tid cache.
-    sheaves: SheafFront<P, C, D, R>,
+    sheaves: SheafFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     flags: CacheFlags,
     name: &'static str,
     nr_cpus: usize,
@@ -99,17 +92,17 @@ pub struct KmemCache<
 // SAFETY: all shared state is behind atomics, DW-CAS cells, the node lock,
 // the barn lock or the CpuLocal guard (see each field's users); the raw
 // pointers refer to memory the cache owns.
-unsafe impl<P: PageSource + Send, C: CpuLocal + Send, D: DwCas, R: RawMutex + Send> Send
-    for KmemCache<P, C, D, R>
+unsafe impl<K: Platform> Send for KmemCache<K>
+where
+    K::Mem: Send,
+    K::Cpu: Send,
+    K::Lock: Send,
 {
 }
 // SAFETY: as above.
-unsafe impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex + Sync + Send> Sync
-    for KmemCache<P, C, D, R>
-{
-}
+unsafe impl<K: Platform> Sync for KmemCache<K> where K::Lock: Sync + Send {}
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> core::fmt::Debug for KmemCache<P, C, D, R> {
+impl<K: Platform> core::fmt::Debug for KmemCache<K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KmemCache")
             .field("name", &self.name)
@@ -132,26 +125,19 @@ const MODE_TID: u8 = 1;
 /// `KmemCache::mode`: destroyed.
 const MODE_DESTROYED: u8 = 2;
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
+impl<K: Platform> KmemCache<K> {
     /// `kmem_cache_create`: a cache of `size`-byte objects aligned to `align`
-    /// (a power of two; at least 8 is used), with default tunables.
+    /// (a power of two; at least 8 is used), with default tunables, its
+    /// pages from `mem` and its CPU from `cpus`.
     pub fn new(
         name: &'static str,
         size: usize,
         align: usize,
         flags: CacheFlags,
-        pages: P,
-        cpus: C,
+        mem: K::Mem,
+        cpus: K::Cpu,
     ) -> Result<Self, CacheError> {
-        Self::with_config(
-            name,
-            size,
-            align,
-            flags,
-            pages,
-            cpus,
-            CacheConfig::default(),
-        )
+        Self::with_config(name, size, align, flags, mem, cpus, CacheConfig::default())
     }
 
     /// As [`new`](Self::new), with explicit tunables.
@@ -160,10 +146,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         size: usize,
         align: usize,
         flags: CacheFlags,
-        pages: P,
-        cpus: C,
+        mem: K::Mem,
+        cpus: K::Cpu,
         config: CacheConfig,
     ) -> Result<Self, CacheError> {
+        let pages = PlatformMem::<K>(mem);
         if !align.is_power_of_two() {
             return Err(CacheError::BadAlign);
         }
@@ -289,17 +276,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
         self.tid.tid_step()
     }
 
-    /// The per-CPU backend.
-    pub fn cpus(&self) -> &C {
+    /// The CPU-local access the cache was created with.
+    pub fn cpus(&self) -> &K::Cpu {
         self.slabs.cpus()
     }
 
-    /// The page source.
-    pub fn pages(&self) -> &P {
-        self.slabs.pages()
+    /// The memory handle the cache was created with.
+    pub fn mem(&self) -> &K::Mem {
+        self.slabs.pages().get()
     }
 
-    /// Slabs currently held from the page source.
+    /// Slabs currently held from `K::Mem`.
     pub fn nr_slabs(&self) -> usize {
         self.slabs.nr_slabs()
     }
@@ -390,7 +377,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `ptr` must not be used after a successful free. Without `debug`, `ptr`
     /// must point into mapped memory, because the header of the naturally
     /// aligned block containing it may be read to check ownership (with
-    /// `debug`, and a page source whose direct map tells its own pointers
+    /// `debug`, and a `K::Mem` whose direct map tells its own pointers
     /// from others ([`PhysMap::ptr_to_phys`](arch_api::PhysMap::ptr_to_phys)
     /// answers `None` outside it), foreign pointers are refused before any
     /// read).
@@ -478,7 +465,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
 
     /// `kmem_cache_shrink`: flushes the calling CPU's slab, partial slabs and
     /// sheaves, then returns every empty slab on the node partial list to the
-    /// page source. Returns how many slabs were returned.
+    /// platform's memory. Returns how many slabs were returned.
     pub fn shrink(&self) -> usize {
         if self.is_destroyed() {
             return 0;
@@ -494,7 +481,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     /// `kmem_cache_destroy`. With objects still allocated it fails with
     /// [`DestroyError::LiveObjects`] naming how many, freeing nothing under
     /// them (the cache stays usable). Otherwise every slab page, the per-CPU
-    /// array and the sheaves go back to the page source; later calls fail
+    /// array and the sheaves go back to the platform's memory; later calls fail
     /// with `Destroyed`.
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
         if self.is_destroyed() {
@@ -567,7 +554,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> KmemCache<P, C, D, R> {
     }
 }
 
-impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Drop for KmemCache<P, C, D, R> {
+impl<K: Platform> Drop for KmemCache<K> {
     /// Destroys the cache if that is still possible; with live objects the
     /// slabs are leaked rather than freed under them.
     fn drop(&mut self) {

@@ -2,18 +2,15 @@
 //! kmalloc caches its `#[global_allocator]`.
 //!
 //! The caches are created on first use (a `static` cannot run
-//! `KmemCache::new`). The page source must not allocate through the global
+//! `KmemCache::new`). The platform's `Mem` must not allocate through the global
 //! allocator (use [`crate::SystemPages`] when hosted). A refused free (double
 //! free, foreign or misaligned pointer) cannot be returned from `dealloc`,
 //! so it aborts with a message naming the pointer and the reason.
 
 use crate::cache::CacheFlags;
-use crate::cpu_local::CpuLocal;
 use crate::error::FreeError;
 use crate::kmalloc::Kmalloc;
-use crate::page_source::PageSource;
-use arch_api::DwCas;
-use arch_api::sync::{DefaultRawMutex, RawMutex};
+use arch_api::Platform;
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
@@ -24,41 +21,28 @@ const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
 const READY: u8 = 2;
 
-/// kmalloc as the global allocator.
-pub struct SlubGlobalAlloc<P, C, D = crate::DefaultDwCas, R = DefaultRawMutex>
-where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
-{
-    pages: P,
-    cpus: C,
+/// kmalloc on the platform `K` as the global allocator.
+pub struct SlubGlobalAlloc<K: Platform> {
+    mem: K::Mem,
+    cpus: K::Cpu,
     flags: CacheFlags,
     state: AtomicU8,
     served: AtomicUsize,
-    km: UnsafeCell<MaybeUninit<Kmalloc<P, C, D, R>>>,
+    km: UnsafeCell<MaybeUninit<Kmalloc<K>>>,
 }
 
 // SAFETY: `km` is written once, by the thread that wins the UNINIT->BUSY
 // race, and only read after READY is published with Release (readers load
 // it with Acquire); Kmalloc itself is Sync.
-unsafe impl<P, C, D, R> Sync for SlubGlobalAlloc<P, C, D, R>
+unsafe impl<K: Platform> Sync for SlubGlobalAlloc<K>
 where
-    P: PageSource + Clone + Send,
-    C: CpuLocal + Clone + Send,
-    D: DwCas,
-    R: RawMutex + Send + Sync,
+    K::Mem: Send,
+    K::Cpu: Send,
+    K::Lock: Send + Sync,
 {
 }
 
-impl<P, C, D, R> core::fmt::Debug for SlubGlobalAlloc<P, C, D, R>
-where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
-{
+impl<K: Platform> core::fmt::Debug for SlubGlobalAlloc<K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SlubGlobalAlloc")
             .field("served", &self.served())
@@ -66,22 +50,16 @@ where
     }
 }
 
-impl<P, C, D, R> SlubGlobalAlloc<P, C, D, R>
-where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
-{
-    /// An adapter whose caches will use `pages` and `cpus` (tid front).
-    pub const fn new(pages: P, cpus: C) -> Self {
-        Self::with_flags(pages, cpus, CacheFlags::empty())
+impl<K: Platform> SlubGlobalAlloc<K> {
+    /// An adapter whose caches will use `mem` and `cpus` (tid front).
+    pub const fn new(mem: K::Mem, cpus: K::Cpu) -> Self {
+        Self::with_flags(mem, cpus, CacheFlags::empty())
     }
 
     /// As [`new`](Self::new) with cache flags (e.g. the sheaves front).
-    pub const fn with_flags(pages: P, cpus: C, flags: CacheFlags) -> Self {
+    pub const fn with_flags(mem: K::Mem, cpus: K::Cpu, flags: CacheFlags) -> Self {
         Self {
-            pages,
+            mem,
             cpus,
             flags,
             state: AtomicU8::new(UNINIT),
@@ -94,9 +72,15 @@ where
     pub fn served(&self) -> usize {
         self.served.load(Ordering::Relaxed)
     }
+}
 
+impl<K: Platform> SlubGlobalAlloc<K>
+where
+    K::Mem: Clone,
+    K::Cpu: Clone,
+{
     /// The kmalloc caches, created on first call (`None` if that failed).
-    pub fn kmalloc(&self) -> Option<&Kmalloc<P, C, D, R>> {
+    pub fn kmalloc(&self) -> Option<&Kmalloc<K>> {
         if self.state.load(Ordering::Acquire) != READY {
             self.init()?;
         }
@@ -112,7 +96,7 @@ where
                 .compare_exchange(UNINIT, BUSY, Ordering::Acquire, Ordering::Acquire)
             {
                 Ok(_) => {
-                    let Ok(km) = Kmalloc::new(self.pages.clone(), self.cpus.clone(), self.flags)
+                    let Ok(km) = Kmalloc::new(self.mem.clone(), self.cpus.clone(), self.flags)
                     else {
                         self.state.store(UNINIT, Ordering::Release);
                         return None;
@@ -163,12 +147,10 @@ fn kind(e: FreeError) -> u8 {
 // class, which is at least the size and the alignment; large blocks are
 // page-aligned or more) or null; `dealloc` only accepts what `alloc` gave
 // (and aborts on anything else rather than corrupt memory).
-unsafe impl<P, C, D, R> GlobalAlloc for SlubGlobalAlloc<P, C, D, R>
+unsafe impl<K: Platform> GlobalAlloc for SlubGlobalAlloc<K>
 where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
+    K::Mem: Clone,
+    K::Cpu: Clone,
 {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {

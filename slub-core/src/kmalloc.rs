@@ -1,14 +1,13 @@
 //! kmalloc: power-of-two size classes 8, 16, …, 16384 served from slabs
 //! (objects naturally aligned, slabs of a suitable order, so a 16 KiB object
 //! costs a slab operation, not a page-allocator call: no cliff at 16384);
-//! larger sizes go straight to the page source.
+//! larger sizes go straight to the platform's frames.
 
 use crate::cache::{CacheFlags, KmemCache};
-use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
-use crate::page_source::{PageSource, SlabPages};
-use arch_api::DwCas;
-use arch_api::sync::{DefaultRawMutex, RawMutex};
+use crate::mem::PlatformMem;
+use crate::page_source::SlabPages;
+use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -35,26 +34,14 @@ const NAMES: [&str; NR_KMALLOC_CLASSES] = [
     "kmalloc-16k",
 ];
 
-/// The kmalloc caches and the large-allocation path.
-pub struct Kmalloc<P, C, D = crate::DefaultDwCas, R = DefaultRawMutex>
-where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
-{
-    caches: [KmemCache<P, C, D, R>; NR_KMALLOC_CLASSES],
-    pages: P,
+/// The kmalloc caches and the large-allocation path, on the platform `K`.
+pub struct Kmalloc<K: Platform> {
+    caches: [KmemCache<K>; NR_KMALLOC_CLASSES],
+    pages: PlatformMem<K>,
     large_bytes: AtomicUsize,
 }
 
-impl<P, C, D, R> core::fmt::Debug for Kmalloc<P, C, D, R>
-where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
-{
+impl<K: Platform> core::fmt::Debug for Kmalloc<K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Kmalloc")
             .field("large_bytes", &self.large_bytes())
@@ -74,19 +61,19 @@ pub fn kmalloc_index(size: usize, align: usize) -> Option<usize> {
     Some((usize::BITS - ((need - 1) | (KMALLOC_MIN_SIZE - 1)).leading_zeros()) as usize - 3)
 }
 
-impl<P, C, D, R> Kmalloc<P, C, D, R>
+impl<K: Platform> Kmalloc<K>
 where
-    P: PageSource + Clone,
-    C: CpuLocal + Clone,
-    D: DwCas,
-    R: RawMutex,
+    K::Mem: Clone,
+    K::Cpu: Clone,
 {
     /// Creates the twelve caches (`flags` for each, e.g. the sheaves front).
-    pub fn new(pages: P, cpus: C, flags: CacheFlags) -> Result<Self, CacheError> {
-        let made: [Result<KmemCache<P, C, D, R>, CacheError>; NR_KMALLOC_CLASSES] =
+    /// Each cache holds a copy of the handles `mem` and `cpus` (a reference
+    /// or a zero-sized type, as a platform's handles are).
+    pub fn new(mem: K::Mem, cpus: K::Cpu, flags: CacheFlags) -> Result<Self, CacheError> {
+        let made: [Result<KmemCache<K>, CacheError>; NR_KMALLOC_CLASSES] =
             core::array::from_fn(|i| {
                 let size = KMALLOC_MIN_SIZE << i;
-                KmemCache::new(NAMES[i], size, size, flags, pages.clone(), cpus.clone())
+                KmemCache::new(NAMES[i], size, size, flags, mem.clone(), cpus.clone())
             });
         if let Some(Err(e)) = made.iter().find(|r| r.is_err()) {
             return Err(*e);
@@ -97,13 +84,15 @@ where
         });
         Ok(Self {
             caches,
-            pages,
+            pages: PlatformMem(mem),
             large_bytes: AtomicUsize::new(0),
         })
     }
+}
 
+impl<K: Platform> Kmalloc<K> {
     /// The caches, smallest first.
-    pub fn caches(&self) -> &[KmemCache<P, C, D, R>] {
+    pub fn caches(&self) -> &[KmemCache<K>] {
         &self.caches
     }
 

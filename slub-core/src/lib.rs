@@ -4,18 +4,36 @@
 //!
 //! # Example
 //!
-//! A cache of 64-byte objects. Slab pages come from a [`PageSource`], the
-//! CPU id from a [`CpuLocal`]; here the hosted `ArenaPages` and `ThreadCpus`
-//! (feature `std`), on bare metal [`FramePages`] and the kernel's own
-//! `CpuLocal`:
+//! An OS names its platform once (an [`arch_api::Platform`]: frames and
+//! direct map, CPU-local access, raw lock, DW-CAS, and the page-table
+//! layout and TLB its vmalloc uses) and writes `KmemCache<MyKernel>`,
+//! `Kmalloc<MyKernel>`. Here a hosted stand-in (feature `std`): slab pages
+//! from the host heap, each thread a CPU; a kernel names its frame
+//! allocator and `CpuLocal` instead.
 //!
 //! ```
-//! use arch_api::PhysArena;
-//! use slub_core::{ArenaPages, CacheFlags, KmemCache, ThreadCpus};
+//! use arch_api::sync::DefaultRawMutex;
+//! use arch_api::{Platform, SoftTlbCpu};
+//! use slub_core::{CacheFlags, DefaultDwCas, KmemCache, SystemPages, ThreadCpus};
 //!
-//! let arena = PhysArena::new(4 << 20, 4096).unwrap();
-//! let mut cache: KmemCache<ArenaPages<'_>, ThreadCpus> =
-//!     KmemCache::new("inode", 64, 8, CacheFlags::empty(), ArenaPages::new(&arena), ThreadCpus)
+//! struct MyKernel;
+//!
+//! // SAFETY: `SystemPages` hands out host memory nobody else uses until it
+//! // is freed, identity-mapped, and not through the global allocator;
+//! // `ThreadCpus` upholds `CpuLocal`'s contract.
+//! unsafe impl Platform for MyKernel {
+//!     type Layout = arch_ia64_sim::Ia64Sim; // vmalloc's tables (slabs map none)
+//!     type Mem = &'static SystemPages;
+//!     type Tlb = SoftTlbCpu<'static>;
+//!     type Cpu = ThreadCpus;
+//!     type Lock = DefaultRawMutex;
+//!     type DwCas = DefaultDwCas;
+//! }
+//!
+//! static PAGES: SystemPages = SystemPages::new();
+//!
+//! let mut cache =
+//!     KmemCache::<MyKernel>::new("inode", 64, 8, CacheFlags::empty(), &PAGES, ThreadCpus)
 //!         .unwrap();
 //! let obj = cache.alloc().unwrap(); // the lockless (freelist, tid) fast path
 //! // SAFETY: `obj` is a fresh 64-byte object.
@@ -23,7 +41,7 @@
 //! // SAFETY: allocated from this cache above, freed once.
 //! unsafe { cache.free(obj) }.unwrap();
 //! cache.destroy().unwrap();
-//! assert_eq!(arena.frames_in_use(), 0); // every slab page went back
+//! assert_eq!(PAGES.blocks_in_use(), 0); // every slab page went back
 //! ```
 //!
 //! # What is here
@@ -32,7 +50,7 @@
 //!   [`alloc`](KmemCache::alloc), [`free`](KmemCache::free),
 //!   [`shrink`](KmemCache::shrink), [`destroy`](KmemCache::destroy).
 //! * [`Kmalloc`]: size classes 8, 16, …, 16384 from slabs, larger sizes from
-//!   the page source; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
+//!   the platform's frames; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
 //! * Two fronts, chosen per cache ([`CacheFlags::SHEAVES`]):
 //!   the lockless tid path (`tid.rs`) and sheaves + barn (`sheaves.rs`,
 //!   `barn.rs`).
@@ -48,19 +66,26 @@
 //!
 //! # Seams
 //!
-//! * The DW-CAS `D: `[`DwCas`](arch_api::DwCas), default [`DefaultDwCas`]
-//!   (`cmpxchg16b`, `casp`, or the portable locked one), chosen by `cfg-if`.
-//!   ia64's simulated `cmp8xchg16` (compares the tid only) works too.
-//! * [`CpuLocal`]: CPU id and guard. Hosted (feature `std`): `ThreadCpus` (each thread is a
-//!   CPU; CPU-local CAS) and `MigratingCpus` (tasks share CPU slots and can
-//!   migrate between reading the tid and the CAS; SMP CAS). Bare metal: the
-//!   OS implements it; `cpu_local/mod.rs` lists what it must guarantee.
-//! * [`PageSource`]: where slab pages come from: the OS's arch-api
-//!   `FrameSource` and its direct map `PhysMap`, as one type (the
-//!   platform's, or [`FramePages`] pairing two); its docs list the sizes,
-//!   alignments and calling contexts.
-//! * The raw lock `R: lock_api::RawMutex` of node lists and the barn
-//!   (default `arch_api::sync::DefaultRawMutex`).
+//! Every shipped type takes one parameter, the OS's
+//! [`Platform`](arch_api::Platform) `K`; slub-core uses four of its types:
+//!
+//! * `K::DwCas`, the fast path's [`DwCas`](arch_api::DwCas): usually
+//!   [`DefaultDwCas`] (`cmpxchg16b`, `casp`, or the portable locked one),
+//!   chosen by `cfg-if`. ia64's simulated `cmp8xchg16` (compares the tid
+//!   only) works too.
+//! * `K::Cpu`, a [`CpuLocal`]: CPU id and guard. Hosted (feature `std`):
+//!   `ThreadCpus` (each thread is a CPU; CPU-local CAS) and `MigratingCpus`
+//!   (tasks share CPU slots and can migrate between reading the tid and the
+//!   CAS; SMP CAS). Bare metal: the OS implements it; the
+//!   [`cpu`](arch_api::cpu) module docs list what it must guarantee.
+//! * `K::Mem`: where slab pages come from: the OS's arch-api `FrameSource`
+//!   and its direct map `PhysMap`, as one handle (the kernel's own, or
+//!   [`FramePages`] pairing two); [`PageSource`] lists the sizes,
+//!   alignments and calling contexts it must serve, and is how the hosted
+//!   sources ([`FramePages`] too) state that they meet the platform's
+//!   contract.
+//! * `K::Lock`, the raw lock of node lists and the barn (usually
+//!   `arch_api::sync::DefaultRawMutex`).
 //!
 //! # Layering
 //!
@@ -76,7 +101,7 @@
 //! 4. `slabs/` (`Slabs`): new and discarded slabs, the node partial list,
 //!    freezing, deactivation and remote frees.
 //! 5. Leaves: `percpu.rs` (per-CPU arrays in page-source memory), `slab.rs`,
-//!    `freelist.rs`, `hardening.rs`, `stats.rs`, `page_source.rs`,
+//!    `freelist.rs`, `hardening.rs`, `stats.rs`, `page_source.rs`, `mem.rs`,
 //!    `cpu_local/`, `error.rs`, `sync.rs`.
 //!
 //! Each front and the slab layer own their state in private fields (each
@@ -103,6 +128,7 @@ mod global_alloc;
 pub mod hardening;
 mod kmalloc;
 mod loom_hooks;
+mod mem;
 mod page_source;
 mod percpu;
 mod sheaves;

@@ -3,6 +3,7 @@
 #![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
+use slub_core::testing::HostedPlatform;
 use slub_core::{
     AllocError, ArenaPages, CacheConfig, CacheFlags, DestroyError, FreeError, KmemCache,
     SystemPages, ThreadCpus,
@@ -10,7 +11,7 @@ use slub_core::{
 use std::collections::HashSet;
 use std::ptr::NonNull;
 
-type Cache<'a> = KmemCache<ArenaPages<'a>, ThreadCpus>;
+type Cache<'a> = KmemCache<HostedPlatform<ArenaPages<'a>, ThreadCpus>>;
 
 fn arena() -> PhysArena {
     PhysArena::new(64 << 20, 4096).unwrap()
@@ -71,7 +72,7 @@ fn objects_are_distinct_aligned_writable_and_all_pages_return() {
 fn destroy_with_live_objects_names_them_and_frees_nothing() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("live", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let objs: Vec<_> = (0..scale(300)).map(|_| c.alloc().unwrap()).collect();
     let keep = &objs[..7];
@@ -107,7 +108,7 @@ fn destroy_with_live_objects_names_them_and_frees_nothing() {
 fn shrink_returns_empty_slabs() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> =
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("shrink", 512, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     // Enough objects for more slabs than min_partial, whatever the geometry
     // (slab order depends on the CPU count), even under miri.
@@ -132,7 +133,7 @@ fn shrink_returns_empty_slabs() {
 fn remote_frees_from_other_threads_come_back() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("remote", 128, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let rounds = if cfg!(miri) { 2 } else { 50 };
     let per = scale(500);
@@ -160,7 +161,7 @@ fn remote_frees_from_other_threads_come_back() {
 fn bad_frees_are_typed_errors() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("bad", 48, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
@@ -193,7 +194,7 @@ fn bad_frees_are_typed_errors() {
 fn double_free_on_the_slab_path_is_detected() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> = KmemCache::with_config(
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> = KmemCache::with_config(
         "df",
         64,
         8,
@@ -228,7 +229,7 @@ fn double_free_on_the_slab_path_is_detected() {
 fn corrupted_freelist_pointer_is_reported_not_followed() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> =
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("corrupt", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
@@ -253,7 +254,7 @@ fn corrupted_freelist_pointer_is_reported_not_followed() {
 fn stored_freelist_pointers_are_obfuscated() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> =
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("obf", 64, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     let q = c.alloc().unwrap();
@@ -277,7 +278,7 @@ fn stored_freelist_pointers_are_obfuscated() {
 fn random_freelists_differ_from_address_order() {
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> = KmemCache::with_config(
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> = KmemCache::with_config(
         "rand",
         64,
         8,
@@ -308,7 +309,7 @@ fn random_freelists_differ_from_address_order() {
 #[test]
 fn bad_cache_parameters_are_errors() {
     let pages = SystemPages::new();
-    type C<'a> = KmemCache<&'a SystemPages, ThreadCpus>;
+    type C<'a> = KmemCache<HostedPlatform<&'a SystemPages, ThreadCpus>>;
     assert_eq!(
         C::new("z", 0, 8, CacheFlags::empty(), &pages, ThreadCpus).err(),
         Some(slub_core::CacheError::BadSize)
@@ -327,7 +328,7 @@ fn bad_cache_parameters_are_errors() {
 fn out_of_memory_is_an_error() {
     let a = PhysArena::new(64 << 10, 4096).unwrap();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("oom", 4096, 4096, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let mut objs = Vec::new();
     loop {
@@ -351,7 +352,7 @@ fn out_of_memory_is_an_error() {
 #[test]
 fn slabinfo_line_looks_like_linux() {
     let pages = SystemPages::new();
-    let c: KmemCache<&SystemPages, ThreadCpus> = KmemCache::new(
+    let c: KmemCache<HostedPlatform<&SystemPages, ThreadCpus>> = KmemCache::new(
         "kmalloc-256",
         256,
         256,
@@ -381,7 +382,7 @@ fn debug_red_zones_poison_and_ownership() {
     use slub_core::hardening::{POISON_END, POISON_FREE};
     let a = arena();
     let pages = ArenaPages::new(&a);
-    let c: KmemCache<&ArenaPages, ThreadCpus> =
+    let c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("dbg", 40, 8, CacheFlags::empty(), &pages, ThreadCpus).unwrap();
     let p = c.alloc().unwrap();
     // SAFETY: 40 bytes are ours; a fresh object carries the free poison.

@@ -4,6 +4,7 @@
 
 use arch_api::PhysArena;
 use arch_ia64_sim::Cmp8xchg16;
+use slub_core::testing::HostedPlatform;
 use slub_core::{
     ArenaPages, CacheConfig, CacheFlags, KMALLOC_MAX_CACHE_SIZE, Kmalloc, KmemCache, ThreadCpus,
     kmalloc_index,
@@ -24,7 +25,7 @@ fn arena_bytes(native: u64) -> u64 {
 fn exercise<D: arch_api::DwCas>(flags: CacheFlags) {
     let a = PhysArena::new(arena_bytes(64 << 20), 4096).unwrap();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus, D> = KmemCache::with_config(
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus, D>> = KmemCache::with_config(
         "front",
         96,
         8,
@@ -114,7 +115,7 @@ fn sheaves_front_randomised_on_ia64_sim() {
 fn sheaves_barn_moves_objects_between_cpus() {
     let a = PhysArena::new(arena_bytes(64 << 20), 4096).unwrap();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> = KmemCache::with_config(
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> = KmemCache::with_config(
         "barn",
         64,
         8,
@@ -170,7 +171,7 @@ fn kmalloc_classes_and_large_sizes() {
     let a = PhysArena::new(arena_bytes(128 << 20), 4096).unwrap();
     let pages = ArenaPages::new(&a);
     for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
-        let mut km: Kmalloc<&ArenaPages, ThreadCpus> =
+        let mut km: Kmalloc<HostedPlatform<&ArenaPages, ThreadCpus>> =
             Kmalloc::new(&pages, ThreadCpus, flags).unwrap();
         let mut all = Vec::new();
         for size in (0..15)

@@ -2,6 +2,7 @@
 //! (pages from `std::alloc::System`, which does not recurse into it).
 #![cfg(not(kmm_loom))]
 
+use slub_core::testing::HostedPlatform;
 use slub_core::{SlubGlobalAlloc, SystemPages, ThreadCpus};
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 static PAGES: SystemPages = SystemPages::new();
 
 #[global_allocator]
-static GLOBAL: SlubGlobalAlloc<&SystemPages, ThreadCpus> =
+static GLOBAL: SlubGlobalAlloc<HostedPlatform<&SystemPages, ThreadCpus>> =
     SlubGlobalAlloc::new(&PAGES, ThreadCpus::new());
 
 #[test]

@@ -5,12 +5,13 @@
 
 use arch_api::PhysArena;
 use arch_ia64_sim::Cmp8xchg16;
+use slub_core::testing::HostedPlatform;
 use slub_core::{ArenaPages, CacheConfig, CacheFlags, DefaultDwCas, KmemCache, MigratingCpus};
 use std::collections::HashSet;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-type Cache<'a, D> = KmemCache<&'a ArenaPages<'a>, &'a MigratingCpus, D>;
+type Cache<'a, D> = KmemCache<HostedPlatform<&'a ArenaPages<'a>, &'a MigratingCpus, D>>;
 
 fn run_preempted_alloc<D: arch_api::DwCas>() {
     let a = PhysArena::new(16 << 20, 4096).unwrap();

@@ -5,13 +5,14 @@
 #![cfg(not(kmm_loom))]
 
 use arch_api::PhysArena;
+use slub_core::testing::HostedPlatform;
 use slub_core::{ArenaPages, CacheFlags, KmemCache, ThreadCpus};
 use std::sync::mpsc;
 
 fn cross_thread(flags: CacheFlags, threads: usize, ops: usize) {
     let a = PhysArena::new(256 << 20, 4096).unwrap();
     let pages = ArenaPages::new(&a);
-    let mut c: KmemCache<&ArenaPages, ThreadCpus> =
+    let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> =
         KmemCache::new("stress", 200, 8, flags, &pages, ThreadCpus).unwrap();
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
     let leftovers: Vec<mpsc::Receiver<usize>> = std::thread::scope(|s| {

@@ -9,12 +9,13 @@
 
 use super::{Rng, Tally};
 use arch_api::PhysArena;
+use slub_core::testing::HostedPlatform;
 use slub_core::{ArenaPages, CacheFlags, DestroyError, Kmalloc, MigratingCpus};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-type K = Kmalloc<&'static ArenaPages<'static>, &'static MigratingCpus>;
+type K = Kmalloc<HostedPlatform<&'static ArenaPages<'static>, &'static MigratingCpus>>;
 
 /// Objects one thread holds at most.
 const MAX_HELD: usize = 512;

@@ -5,6 +5,7 @@
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Mutex, MutexGuard};
+use slub_core::testing::HostedPlatform;
 use slub_core::testing::PreemptPoint;
 use slub_core::{CacheConfig, CacheFlags, CpuLocal, KmemCache, SystemPages};
 use std::cell::Cell;
@@ -84,7 +85,7 @@ unsafe impl CpuLocal for LoomCpus {
 }
 
 /// The cache the models use.
-pub type Cache<D> = KmemCache<SystemPages, LoomCpus, D>;
+pub type Cache<D> = KmemCache<HostedPlatform<SystemPages, LoomCpus, D>>;
 
 /// A cache of 32-byte objects, `objects` per slab.
 pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFlags) -> Cache<D> {
@@ -116,7 +117,7 @@ pub fn destroy_all<D: arch_api::DwCas>(c: loom::sync::Arc<Cache<D>>) {
     };
     c.destroy()
         .expect("destroy must find every object free and every slab");
-    assert_eq!(c.pages().blocks_in_use(), 0, "every page returned");
+    assert_eq!(c.mem().blocks_in_use(), 0, "every page returned");
 }
 
 pub mod models;

@@ -15,7 +15,7 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-type K = Kmalloc<HostedPlatform<&'static ArenaPages<'static>, &'static MigratingCpus>>;
+type SoakKmalloc = Kmalloc<HostedPlatform<&'static ArenaPages<'static>, &'static MigratingCpus>>;
 
 /// Objects one thread holds at most.
 const MAX_HELD: usize = 512;
@@ -40,7 +40,7 @@ pub struct SlabThread {
 pub struct SlabSoak {
     arena: &'static PhysArena,
     cpus: &'static MigratingCpus,
-    fronts: [K; 2],
+    fronts: [SoakKmalloc; 2],
     inbox: Vec<Mutex<Vec<Obj>>>,
     parked: Mutex<(Vec<Obj>, Tally)>,
 }
@@ -59,8 +59,8 @@ impl SlabSoak {
         let pages: &'static ArenaPages<'static> = Box::leak(Box::new(ArenaPages::new(arena)));
         let mc: &'static MigratingCpus = Box::leak(Box::new(MigratingCpus::new(cpus, threads)));
         mc.set_random_migration(32);
-        let tid = K::new(pages, mc, CacheFlags::empty()).map_err(|e| e.to_string())?;
-        let sheaves = K::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
+        let tid = SoakKmalloc::new(pages, mc, CacheFlags::empty()).map_err(|e| e.to_string())?;
+        let sheaves = SoakKmalloc::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
         Ok(Self {
             arena,
             cpus: mc,

@@ -80,6 +80,7 @@ pub mod loom_mutation;
 mod map;
 mod stats;
 mod stock;
+mod store;
 mod sync;
 mod translate;
 mod unflushed;

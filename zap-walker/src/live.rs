@@ -8,8 +8,8 @@
 //! [`attach`]: crate::Walker::attach
 //! [`check_consistency`]: crate::Walker::check_consistency
 
-use crate::counts::LiveCounts;
 use crate::errors::WalkError;
+use crate::store::SideStore;
 use crate::walker::Walker;
 use arch_api::{
     EntryKind, FrameError, FrameSource, PageTableEntry, PageTableLayout, PhysAddr, PhysMap,
@@ -82,19 +82,20 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         level: usize,
         va: u64,
     ) -> Result<Count, WalkError> {
-        let slot = if !self.counted(level) {
-            None
-        } else if let Some(i) = self.counts.find(pa) {
-            Some(i)
+        let (slot, n) = if !self.counted(level) {
+            (None, UNCOUNTED)
+        } else if let Some((i, v)) = self.counts.lookup(pa) {
+            (Some(i), v)
         } else {
-            Some(self.adopt_table(pa, level, self.table_base(va, level))?)
+            let i = self.adopt_table(pa, level, self.table_base(va, level))?;
+            (Some(i), self.counts.value(i))
         };
         Ok(Count {
             pa,
             slot,
             ours: false,
             moves: self.counts.moves(),
-            n: slot.map_or(UNCOUNTED, |i| self.counts.value(i)),
+            n,
         }
         .split())
     }
@@ -103,7 +104,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     #[inline]
     fn slot(&self, c: &Count) -> Option<usize> {
         let i = c.slot?;
-        if c.moves == self.counts.moves() {
+        if self.counts.still_at(i, c.moves) {
             Some(i)
         } else {
             self.counts.find(c.pa)
@@ -128,10 +129,17 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         }
     }
 
-    /// Makes room in the side store for `tables` more counts.
+    /// Makes room in the side store for the counts of `tables` more tables
+    /// the walker allocates.
     #[inline]
     pub(crate) fn reserve_counts(&mut self, tables: usize) -> Result<(), FrameError> {
-        self.counts.reserve(self.mem, tables)
+        self.counts.reserve_new(self.mem, tables)
+    }
+
+    /// Makes room in the side store for the counts of `tables` more tables
+    /// other code linked (wherever their frames are).
+    pub(crate) fn reserve_foreign_counts(&mut self, tables: usize) -> Result<(), FrameError> {
+        self.counts.reserve_foreign(self.mem, tables)
     }
 
     /// Whether a zap may free the table `c` refers to, of `level`, whose
@@ -197,7 +205,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     #[inline(never)]
     fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<usize, WalkError> {
         let n = self.scan(pa, level, base);
-        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts
+            .reserve_for(self.mem, pa)
+            .map_err(WalkError::OutOfTables)?;
         Ok(self.counts.insert(pa, n))
     }
 
@@ -224,7 +234,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// The present entries of each root inside the window, counting every
     /// table below them into the (empty) side store; whether a table is the
     /// walker's comes from `old`.
-    fn count_roots(&mut self, old: &LiveCounts) -> Result<[u64; 2], WalkError> {
+    fn count_roots(&mut self, old: &SideStore) -> Result<[u64; 2], WalkError> {
         let mut live = self.root_live;
         for h in 0..self.n_roots {
             let va = if h == 1 { 1 << 63 } else { self.window[0] };
@@ -236,7 +246,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     fn rescan_subtree(
         &mut self,
-        old: &LiveCounts,
+        old: &SideStore,
         pa: PhysAddr,
         level: usize,
         base: u64,
@@ -259,7 +269,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return Ok(n);
         }
         let ours = old.get(pa).unwrap_or(0) & OURS;
-        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts
+            .reserve_for(self.mem, pa)
+            .map_err(WalkError::OutOfTables)?;
         self.counts.insert(pa, ours | n);
         Ok(n)
     }

@@ -51,7 +51,7 @@ impl Count {
 
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Whether tables at `level` (below the root) keep a live count.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn counted(&self, level: usize) -> bool {
         level + 1 < L::LEVELS || !self.tables_pinned
     }
@@ -101,7 +101,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// The slot of `c` now (found again if members moved since).
-    #[inline]
+    #[inline(always)]
     fn slot(&self, c: &Count) -> Option<usize> {
         let i = c.slot?;
         if self.counts.still_at(i, c.moves) {
@@ -113,7 +113,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     /// Sets the count `c` refers to (no-op for an uncounted table),
     /// keeping whether the table is the walker's.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn store_count(&mut self, c: &Count, n: u64) {
         if let Some(i) = self.slot(c) {
             let ours = if c.ours { OURS } else { 0 };
@@ -122,7 +122,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// Counts a table the walker just allocated (room was reserved).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
         if self.counted(level) {
             self.counts.insert(pa, OURS | n);
@@ -145,12 +145,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Whether a zap may free the table `c` refers to, of `level`, whose
     /// span starts at `base`: the walker allocated it and all of it lies in
     /// the window. Forgets its count when it may.
+    #[inline(always)]
     pub(crate) fn take_if_ours(&mut self, c: &Count, level: usize, base: u64) -> bool {
-        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
-        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
+        if !c.ours {
             return false;
         }
-        if !c.ours {
+        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
+        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
             return false;
         }
         match self.slot(c) {

@@ -103,13 +103,13 @@ impl SideStore {
 
     /// Whether `slot`, found when [`moves`](Self::moves) was `moves`, still
     /// holds its table: array slots always do.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn still_at(&self, slot: usize, moves: u64) -> bool {
         slot & HASHED == 0 || moves == self.hash.moves()
     }
 
     /// The array index of `table`, if the array covers it.
-    #[inline]
+    #[inline(always)]
     fn index(&self, table: PhysAddr) -> Option<usize> {
         let off = table.as_u64().wrapping_sub(self.direct.base);
         if off < self.direct.limit {
@@ -119,7 +119,7 @@ impl SideStore {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn word(&self, i: usize) -> &AtomicU64 {
         debug_assert!((i as u64) < self.direct.limit >> self.direct.shift);
         // SAFETY: `words` is the start of the array, one word per frame of
@@ -132,7 +132,7 @@ impl SideStore {
     }
 
     /// The slot counting `table` and its value, if it is counted.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup(&self, table: PhysAddr) -> Option<(usize, u64)> {
         match self.index(table) {
             Some(i) => {
@@ -159,7 +159,7 @@ impl SideStore {
     }
 
     /// The value in `slot`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn value(&self, slot: usize) -> u64 {
         if slot & HASHED != 0 {
             self.hash.value(slot & !HASHED)
@@ -169,7 +169,7 @@ impl SideStore {
     }
 
     /// Sets the value in `slot` (`v` below bit 62).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set_value(&mut self, slot: usize, v: u64) {
         debug_assert!(v & PRESENT == 0);
         if slot & HASHED != 0 {
@@ -183,7 +183,7 @@ impl SideStore {
     /// was reserved for it ([`reserve_new`](Self::reserve_new) for a table
     /// from the source, [`reserve_for`](Self::reserve_for) otherwise).
     /// Moves no member.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, table: PhysAddr, v: u64) -> usize {
         debug_assert!(v & PRESENT == 0);
         match self.index(table) {
@@ -200,7 +200,7 @@ impl SideStore {
     }
 
     /// Stops counting the table in `slot`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remove_at(&mut self, slot: usize) {
         if slot & HASHED != 0 {
             self.hash.remove_at(slot & !HASHED)

@@ -37,18 +37,6 @@ pub(crate) struct Count {
     ours: bool,
 }
 
-impl Count {
-    /// Splits the stored value (count and [`OURS`]) into `n` and `ours`.
-    #[inline]
-    fn split(mut self) -> Self {
-        if self.slot.is_some() {
-            self.ours = self.n & OURS != 0;
-            self.n &= !OURS;
-        }
-        self
-    }
-}
-
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Whether tables at `level` (below the root) keep a live count.
     #[inline(always)]
@@ -82,22 +70,29 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         level: usize,
         va: u64,
     ) -> Result<Count, WalkError> {
-        let (slot, n) = if !self.counted(level) {
-            (None, UNCOUNTED)
-        } else if let Some((i, v)) = self.counts.lookup(pa) {
-            (Some(i), v)
-        } else {
-            let i = self.adopt_table(pa, level, self.table_base(va, level))?;
-            (Some(i), self.counts.value(i))
+        if !self.counted(level) {
+            return Ok(Count {
+                pa,
+                slot: None,
+                moves: 0,
+                n: UNCOUNTED,
+                ours: false,
+            });
+        }
+        let (i, v) = match self.counts.lookup(pa) {
+            Some(found) => found,
+            None => {
+                let i = self.adopt_table(pa, level, self.table_base(va, level))?;
+                (i, self.counts.value(i))
+            }
         };
         Ok(Count {
             pa,
-            slot,
-            ours: false,
+            slot: Some(i),
             moves: self.counts.moves(),
-            n,
-        }
-        .split())
+            n: v & !OURS,
+            ours: v & OURS != 0,
+        })
     }
 
     /// The slot of `c` now (found again if members moved since).
@@ -125,7 +120,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     #[inline(always)]
     pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
         if self.counted(level) {
-            self.counts.insert(pa, OURS | n);
+            self.counts.insert_new(pa, OURS | n);
         }
     }
 

@@ -199,6 +199,23 @@ impl SideStore {
         }
     }
 
+    /// Counts `table`, which the walker just allocated from the source and
+    /// so is not counted (its count went when it was freed): as
+    /// [`insert`](Self::insert) without reading the word first.
+    #[inline(always)]
+    pub(crate) fn insert_new(&mut self, table: PhysAddr, v: u64) {
+        debug_assert!(v & PRESENT == 0 && self.find(table).is_none());
+        match self.index(table) {
+            Some(i) => {
+                self.direct.len += 1;
+                self.word(i).store(v | PRESENT, Ordering::Relaxed);
+            }
+            None => {
+                self.hash.insert(table, v);
+            }
+        }
+    }
+
     /// Stops counting the table in `slot`.
     #[inline(always)]
     pub(crate) fn remove_at(&mut self, slot: usize) {

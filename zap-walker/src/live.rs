@@ -23,12 +23,16 @@ pub(crate) const UNCOUNTED: u64 = u64::MAX;
 /// Marks, in the side store, a table the walker allocated (it may free it).
 const OURS: u64 = 1 << 63;
 
+/// The slot of a count that is kept nowhere (a plain index rather than an
+/// `Option`: one compare, no discriminant to carry through a walk).
+const NO_SLOT: usize = usize::MAX;
+
 /// A table's live count as a walk read it, and where it is kept.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Count {
     pa: PhysAddr,
-    /// Its slot in the side store (`None`: the table keeps no count).
-    slot: Option<usize>,
+    /// Its slot in the side store ([`NO_SLOT`]: the table keeps no count).
+    slot: usize,
     /// The store's `moves` when `slot` was found.
     moves: u64,
     /// The count ([`UNCOUNTED`] when the table keeps none).
@@ -73,7 +77,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         if !self.counted(level) {
             return Ok(Count {
                 pa,
-                slot: None,
+                slot: NO_SLOT,
                 moves: 0,
                 n: UNCOUNTED,
                 ours: false,
@@ -88,7 +92,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         };
         Ok(Count {
             pa,
-            slot: Some(i),
+            slot: i,
             moves: self.counts.moves(),
             n: v & !OURS,
             ours: v & OURS != 0,
@@ -98,7 +102,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// The slot of `c` now (found again if members moved since).
     #[inline(always)]
     fn slot(&self, c: &Count) -> Option<usize> {
-        let i = c.slot?;
+        let i = c.slot;
+        if i == NO_SLOT {
+            return None;
+        }
         if self.counts.still_at(i, c.moves) {
             Some(i)
         } else {

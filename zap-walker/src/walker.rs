@@ -255,11 +255,9 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     pub fn new(mem: &'m M) -> Result<Self, WalkError> {
         let mut w = Self::empty(mem)?;
         w.owns_root = true;
-        // The counts' array first, as a kernel sets up its `struct page`
-        // array before the pages it describes come and go: allocated later,
-        // it would sit among the tables maps and zaps allocate and free,
-        // and a bitmap source would search past it on every allocation.
-        // Without it (no range, no memory) the hash serves, grown on use.
+        // The counts' array first (a kernel's `struct page` array precedes
+        // the pages): allocated later it would sit among the tables that
+        // come and go. Without a range or the memory the hash serves.
         let _ = w.counts.reserve_new(mem, 0);
         let want = if w.split_halves { 2 } else { 1 };
         while w.n_roots < want {

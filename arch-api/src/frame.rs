@@ -96,6 +96,16 @@ pub trait FrameSource: Sync {
     /// Returns a range obtained from [`alloc`](Self::alloc) with the same `size`.
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError>;
 
+    /// The physical range every frame this source hands out lies in, if it
+    /// can tell (Linux's `[min_low_pfn, max_pfn)`): a user can then keep
+    /// per-frame metadata in an array indexed by frame number, as `struct
+    /// page` is (the walker keeps its tables' live counts so). `None`, the
+    /// default, leaves such a user to a keyed store. The range must not
+    /// change while the source is in use.
+    fn phys_range(&self) -> Option<core::ops::Range<PhysAddr>> {
+        None
+    }
+
     /// Returns a batch of `(addr, size)` ranges, as a TLB gather does after
     /// its flush (Linux's `release_pages`): a source behind a lock takes it
     /// once for the whole batch. Every range is attempted; each one refused
@@ -162,6 +172,10 @@ impl<T: FrameSource + ?Sized> FrameSource for &T {
     #[inline]
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
         (**self).free(addr, size)
+    }
+    #[inline]
+    fn phys_range(&self) -> Option<core::ops::Range<PhysAddr>> {
+        (**self).phys_range()
     }
     fn free_many(&self, ranges: &[(PhysAddr, u64)], failed: &mut dyn FnMut(PhysAddr, FrameError)) {
         (**self).free_many(ranges, failed)

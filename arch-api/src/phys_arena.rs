@@ -336,6 +336,12 @@ impl FrameSource for PhysArena {
         self.granule
     }
 
+    /// The whole arena: `[BASE, BASE + frames * granule)`.
+    fn phys_range(&self) -> Option<core::ops::Range<PhysAddr>> {
+        let base = Self::BASE.as_u64();
+        Some(Self::BASE..PhysAddr::new(base + self.frames * self.granule))
+    }
+
     fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
         let mut one = [PhysAddr::new(0)];
         self.alloc_many(size, align, &mut one)?;

@@ -120,6 +120,13 @@ impl FrameSource for Frames {
         Ok(PhysAddr::new(b.base + start as u64 * FRAME))
     }
 
+    /// The RAM handed to [`init`] (set before any allocation, fixed after).
+    fn phys_range(&self) -> Option<core::ops::Range<PhysAddr>> {
+        let b = BITMAP.lock();
+        let end = b.base + b.frames as u64 * FRAME;
+        Some(PhysAddr::new(b.base)..PhysAddr::new(end))
+    }
+
     fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
         let mut b = BITMAP.lock();
         let a = addr.as_u64();

@@ -153,6 +153,7 @@ impl LiveCounts {
     }
 
     /// The value of `table`, if it is counted.
+    #[cfg_attr(any(not(test), kmm_loom), allow(dead_code))]
     #[inline]
     pub(crate) fn get(&self, table: PhysAddr) -> Option<u64> {
         self.find(table).map(|i| self.value(i))

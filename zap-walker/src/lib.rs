@@ -59,9 +59,10 @@
 //! `--cfg kmm_loom`), so the model runs this code.
 //!
 //! Start reading at `walker.rs` (tables, live counts beside them, attaching
-//! to the kernel's table, the root split), then `live.rs` and `counts.rs`
-//! (how the counts are read, kept and rescanned), then `zap.rs` (the level
-//! function that returns the address it reached), then `budget/work.rs`.
+//! to the kernel's table, the root split), then `live.rs`, `store.rs` and
+//! `counts.rs` (how the counts are read, kept and rescanned), then `zap.rs`
+//! (the level function that returns the address it reached), then
+//! `budget/work.rs`.
 #![no_std]
 #![deny(missing_docs)]
 
@@ -80,6 +81,7 @@ pub mod loom_mutation;
 mod map;
 mod stats;
 mod stock;
+mod store;
 mod sync;
 mod translate;
 mod unflushed;

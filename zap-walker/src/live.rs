@@ -8,8 +8,8 @@
 //! [`attach`]: crate::Walker::attach
 //! [`check_consistency`]: crate::Walker::check_consistency
 
-use crate::counts::LiveCounts;
 use crate::errors::WalkError;
+use crate::store::SideStore;
 use crate::walker::Walker;
 use arch_api::{
     EntryKind, FrameError, FrameSource, PageTableEntry, PageTableLayout, PhysAddr, PhysMap,
@@ -23,12 +23,16 @@ pub(crate) const UNCOUNTED: u64 = u64::MAX;
 /// Marks, in the side store, a table the walker allocated (it may free it).
 const OURS: u64 = 1 << 63;
 
+/// The slot of a count that is kept nowhere (a plain index rather than an
+/// `Option`: one compare, no discriminant to carry through a walk).
+const NO_SLOT: usize = usize::MAX;
+
 /// A table's live count as a walk read it, and where it is kept.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Count {
     pa: PhysAddr,
-    /// Its slot in the side store (`None`: the table keeps no count).
-    slot: Option<usize>,
+    /// Its slot in the side store ([`NO_SLOT`]: the table keeps no count).
+    slot: usize,
     /// The store's `moves` when `slot` was found.
     moves: u64,
     /// The count ([`UNCOUNTED`] when the table keeps none).
@@ -37,21 +41,9 @@ pub(crate) struct Count {
     ours: bool,
 }
 
-impl Count {
-    /// Splits the stored value (count and [`OURS`]) into `n` and `ours`.
-    #[inline]
-    fn split(mut self) -> Self {
-        if self.slot.is_some() {
-            self.ours = self.n & OURS != 0;
-            self.n &= !OURS;
-        }
-        self
-    }
-}
-
 impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Whether tables at `level` (below the root) keep a live count.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn counted(&self, level: usize) -> bool {
         level + 1 < L::LEVELS || !self.tables_pinned
     }
@@ -82,28 +74,39 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         level: usize,
         va: u64,
     ) -> Result<Count, WalkError> {
-        let slot = if !self.counted(level) {
-            None
-        } else if let Some(i) = self.counts.find(pa) {
-            Some(i)
-        } else {
-            Some(self.adopt_table(pa, level, self.table_base(va, level))?)
+        if !self.counted(level) {
+            return Ok(Count {
+                pa,
+                slot: NO_SLOT,
+                moves: 0,
+                n: UNCOUNTED,
+                ours: false,
+            });
+        }
+        let (i, v) = match self.counts.lookup(pa) {
+            Some(found) => found,
+            None => {
+                let i = self.adopt_table(pa, level, self.table_base(va, level))?;
+                (i, self.counts.value(i))
+            }
         };
         Ok(Count {
             pa,
-            slot,
-            ours: false,
+            slot: i,
             moves: self.counts.moves(),
-            n: slot.map_or(UNCOUNTED, |i| self.counts.value(i)),
-        }
-        .split())
+            n: v & !OURS,
+            ours: v & OURS != 0,
+        })
     }
 
     /// The slot of `c` now (found again if members moved since).
-    #[inline]
+    #[inline(always)]
     fn slot(&self, c: &Count) -> Option<usize> {
-        let i = c.slot?;
-        if c.moves == self.counts.moves() {
+        let i = c.slot;
+        if i == NO_SLOT {
+            return None;
+        }
+        if self.counts.still_at(i, c.moves) {
             Some(i)
         } else {
             self.counts.find(c.pa)
@@ -112,7 +115,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     /// Sets the count `c` refers to (no-op for an uncounted table),
     /// keeping whether the table is the walker's.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn store_count(&mut self, c: &Count, n: u64) {
         if let Some(i) = self.slot(c) {
             let ours = if c.ours { OURS } else { 0 };
@@ -121,28 +124,36 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// Counts a table the walker just allocated (room was reserved).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
         if self.counted(level) {
-            self.counts.insert(pa, OURS | n);
+            self.counts.insert_new(pa, OURS | n);
         }
     }
 
-    /// Makes room in the side store for `tables` more counts.
+    /// Makes room in the side store for the counts of `tables` more tables
+    /// the walker allocates.
     #[inline]
     pub(crate) fn reserve_counts(&mut self, tables: usize) -> Result<(), FrameError> {
-        self.counts.reserve(self.mem, tables)
+        self.counts.reserve_new(self.mem, tables)
+    }
+
+    /// Makes room in the side store for the counts of `tables` more tables
+    /// other code linked (wherever their frames are).
+    pub(crate) fn reserve_foreign_counts(&mut self, tables: usize) -> Result<(), FrameError> {
+        self.counts.reserve_foreign(self.mem, tables)
     }
 
     /// Whether a zap may free the table `c` refers to, of `level`, whose
     /// span starts at `base`: the walker allocated it and all of it lies in
     /// the window. Forgets its count when it may.
+    #[inline(always)]
     pub(crate) fn take_if_ours(&mut self, c: &Count, level: usize, base: u64) -> bool {
-        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
-        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
+        if !c.ours {
             return false;
         }
-        if !c.ours {
+        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
+        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
             return false;
         }
         match self.slot(c) {
@@ -197,7 +208,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     #[inline(never)]
     fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<usize, WalkError> {
         let n = self.scan(pa, level, base);
-        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts
+            .reserve_for(self.mem, pa)
+            .map_err(WalkError::OutOfTables)?;
         Ok(self.counts.insert(pa, n))
     }
 
@@ -224,7 +237,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// The present entries of each root inside the window, counting every
     /// table below them into the (empty) side store; whether a table is the
     /// walker's comes from `old`.
-    fn count_roots(&mut self, old: &LiveCounts) -> Result<[u64; 2], WalkError> {
+    fn count_roots(&mut self, old: &SideStore) -> Result<[u64; 2], WalkError> {
         let mut live = self.root_live;
         for h in 0..self.n_roots {
             let va = if h == 1 { 1 << 63 } else { self.window[0] };
@@ -236,7 +249,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     fn rescan_subtree(
         &mut self,
-        old: &LiveCounts,
+        old: &SideStore,
         pa: PhysAddr,
         level: usize,
         base: u64,
@@ -259,7 +272,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return Ok(n);
         }
         let ours = old.get(pa).unwrap_or(0) & OURS;
-        self.reserve_counts(1).map_err(WalkError::OutOfTables)?;
+        self.counts
+            .reserve_for(self.mem, pa)
+            .map_err(WalkError::OutOfTables)?;
         self.counts.insert(pa, ours | n);
         Ok(n)
     }

@@ -168,9 +168,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             }
         }
         // Room for their counts last: a source that runs dry on the tables
-        // leaves the side store as it was.
-        let counts: u64 = need.iter().take(L::LEVELS).sum();
-        if let Err(e) = self.reserve_counts(counts as usize) {
+        // leaves the side store as it was. Tables met uncounted were linked
+        // by other code, maybe from frames outside the source.
+        let new: u64 = need.iter().take(L::LEVELS).skip(1).sum();
+        let room = match need[0] {
+            0 => Ok(()),
+            met => self.reserve_foreign_counts(met as usize),
+        };
+        if let Err(e) = room.and_then(|()| self.reserve_counts(new as usize)) {
             self.reserve_drain(&mut reserve);
             return Err(WalkError::OutOfTables(e));
         }

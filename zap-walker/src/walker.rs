@@ -27,8 +27,9 @@
 //! Tables are the hardware's and nothing else: one frame of the table size,
 //! aligned to it, holding entries. What the walker knows about a table, the
 //! number of its present entries inside the walker's window, lives in a side
-//! store keyed by the table's frame (`counts.rs`; Linux keeps per-table
-//! metadata in `struct ptdesc`). The counts let a zap free a table the moment
+//! store keyed by the table's frame (`store.rs`: an array indexed by frame
+//! number over the frame source's range, a hash for tables outside it;
+//! Linux keeps per-table metadata in `struct ptdesc`). The counts let a zap free a table the moment
 //! it becomes empty without rescanning it (Linux's `free_pgtables` only frees
 //! tables wholly inside the unmapped range; here a partial zap frees them
 //! too), and let a walk stop scanning a table whose count reached zero: the
@@ -78,11 +79,12 @@
 //! attached walker has the one root it was given (TTBR1's, say): its window
 //! lies in that root's half.
 
-use crate::counts::{LiveCounts, zero_words};
+use crate::counts::zero_words;
 use crate::errors::WalkError;
 pub(crate) use crate::live::UNCOUNTED;
 use crate::stats::WalkStats;
 use crate::stock::TableStock;
+use crate::store::SideStore;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use arch_api::{
     EntryKind, FrameError, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr,
@@ -219,8 +221,8 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) split_halves: bool,
     /// The window's first and last address (everything for a fresh walker).
     pub(crate) window: [u64; 2],
-    /// Counts of the tables below the root (`counts.rs`).
-    pub(crate) counts: LiveCounts,
+    /// Counts of the tables below the root (`store.rs`).
+    pub(crate) counts: SideStore,
     pub(crate) free_empty_tables: bool,
     /// Set once a [`LeafPath`](crate::LeafPath) exists: no table is freed
     /// again, and last-level tables keep no count.
@@ -253,6 +255,10 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
     pub fn new(mem: &'m M) -> Result<Self, WalkError> {
         let mut w = Self::empty(mem)?;
         w.owns_root = true;
+        // The counts' array first (a kernel's `struct page` array precedes
+        // the pages): allocated later it would sit among the tables that
+        // come and go. Without a range or the memory the hash serves.
+        let _ = w.counts.reserve_new(mem, 0);
         let want = if w.split_halves { 2 } else { 1 };
         while w.n_roots < want {
             // On failure, dropping `w` frees the roots already allocated.
@@ -328,7 +334,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             root_live: [0; 2],
             split_halves: Self::halves_alias(),
             window: [0, u64::MAX],
-            counts: LiveCounts::default(),
+            counts: SideStore::default(),
             free_empty_tables: true,
             tables_pinned: false,
             tables_in_use: 0,

@@ -60,7 +60,8 @@ impl SlabSoak {
         let mc: &'static MigratingCpus = Box::leak(Box::new(MigratingCpus::new(cpus, threads)));
         mc.set_random_migration(32);
         let tid = SoakKmalloc::new(pages, mc, CacheFlags::empty()).map_err(|e| e.to_string())?;
-        let sheaves = SoakKmalloc::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
+        let sheaves =
+            SoakKmalloc::new(pages, mc, CacheFlags::SHEAVES).map_err(|e| e.to_string())?;
         Ok(Self {
             arena,
             cpus: mc,

@@ -15,17 +15,16 @@ mod slab_test;
 mod vmalloc_loop;
 
 use crate::arch;
-use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
 use crate::platform::DemoKernel;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::SlubGlobalAlloc;
 
-/// kmalloc over the kernel's frames, one CPU: slab pages straight from the
+/// kmalloc over the kernel's frames and CPUs: slab pages straight from the
 /// frame bitmap.
 #[global_allocator]
-static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, OneCpu);
+static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, arch::CPU);
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;
@@ -86,6 +85,22 @@ pub fn kernel_main() -> ! {
         arch::NAME,
         arch::kernel_root(0).as_u64(),
         frames::total(),
+    );
+    let cpus = arch::start_secondaries();
+    check(
+        cpus == arch::online(),
+        format_args!("smp: {cpus} CPUs started, {} online", arch::online()),
+    );
+    static RAN: AtomicU64 = AtomicU64::new(0);
+    arch::run_on_all(|_cpu| {
+        RAN.fetch_add(1, Relaxed);
+    });
+    check(
+        RAN.load(Relaxed) == cpus as u64,
+        format_args!(
+            "smp: {} of {cpus} CPUs ran the first work",
+            RAN.load(Relaxed)
+        ),
     );
 
     let vm = vmalloc_loop::run();

@@ -19,14 +19,16 @@ demo_vectors:
     .set idx, idx + 1
     .endr
 demo_vector_common:
-    // A fresh stack: the fault may have been a stack overflow.
-    ldr     x1, =__exception_stack_top
+    // A fresh stack, this CPU's: the fault may have been a stack overflow.
+    mrs     x1, tpidr_el1
+    ldr     x1, [x1, #{exc_stack_top}]
     mov     sp, x1
     bl      {report}
 1:  b       1b
     .ltorg
 "#,
     report = sym report,
+    exc_stack_top = const super::percpu::AREA_EXC_STACK_TOP,
 );
 
 unsafe extern "C" {
@@ -79,7 +81,8 @@ extern "C" fn report(idx: u64) -> ! {
     let mut out = crate::kernel::Console;
     let _ = writeln!(
         out,
-        "fault: {} exception from {}: {} (ESR_EL1 {esr:#x}, EC {ec:#x}, ISS {:#x}) at FAR {far:#x}, ELR {elr:#x}",
+        "fault: CPU {}: {} exception from {}: {} (ESR_EL1 {esr:#x}, EC {ec:#x}, ISS {:#x}) at FAR {far:#x}, ELR {elr:#x}",
+        super::percpu::this_cpu().id,
         KINDS[idx % 4],
         SOURCES[idx / 4],
         class_name(ec),

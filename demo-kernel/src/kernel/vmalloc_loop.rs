@@ -10,7 +10,6 @@
 
 use super::{Ratio, check, kprint, tlb_delta};
 use crate::arch;
-use crate::cpu::OneCpu;
 use crate::frames::Frames;
 use crate::platform::DemoKernel;
 use arch_api::{PageTableLayout, PhysMap, VirtAddr};
@@ -48,7 +47,8 @@ pub fn run() -> KernelVmalloc {
     // identity-mapped RAM (`Frames`' direct map); nothing but this vmalloc
     // ever writes inside the window, and the table lives for ever.
     let vm =
-        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), OneCpu, LazyMaxPages) } {
+        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), arch::CPU, LazyMaxPages) }
+        {
             Ok(vm) => vm,
             Err(e) => {
                 kprint!("check failed: vmalloc setup: {e:?}\n");

@@ -76,6 +76,35 @@ pub fn tlb_delta<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
     (r, p1 - p0, a1 - a0)
 }
 
+/// Prints the ticks and the allocations done in interrupt context per CPU;
+/// on a port that ticks, each online CPU must have allocated in its tick.
+fn report_ticks(cpus: usize) {
+    if arch::tick_counts(0).is_none() {
+        return;
+    }
+    let counts = |k: usize| {
+        (0..cpus).map(move |c| arch::tick_counts(c).map_or(0, |t| if k == 0 { t.0 } else { t.1 }))
+    };
+    kprint!(
+        "{{\"workload\":\"irq\",\"arch\":\"{}\",\"cpus\":{cpus},\"ticks\":[",
+        arch::NAME
+    );
+    for (i, t) in counts(0).enumerate() {
+        kprint!("{}{t}", if i == 0 { "" } else { "," });
+    }
+    kprint!("],\"irq_allocs\":[");
+    for (i, a) in counts(1).enumerate() {
+        kprint!("{}{a}", if i == 0 { "" } else { "," });
+    }
+    kprint!("]}}\n");
+    for (cpu, a) in counts(1).enumerate() {
+        check(
+            a > 0,
+            format_args!("irq: CPU {cpu} allocated nothing in its tick"),
+        );
+    }
+}
+
 /// Entered by the arch boot code with the MMU on, interrupts masked.
 pub fn kernel_main() -> ! {
     let (start, end) = arch::free_ram();
@@ -114,6 +143,8 @@ pub fn kernel_main() -> ! {
     if cfg!(feature = "fault-test") {
         fault_test::run(&vm);
     }
+
+    report_ticks(cpus);
 
     let (pages, full) = arch::tlb_counts();
     kprint!(

@@ -28,6 +28,14 @@ pub fn restore(daif: u64) {
     unsafe { asm!("msr daif, {d}", d = in(reg) daif, options(nostack)) };
 }
 
+/// Unmasks IRQs on this CPU.
+pub fn enable() {
+    // SAFETY: the vectors handle IRQs from EL1 (`vectors.rs`), and the
+    // caller holds no lock: every lock the handler may take is an
+    // `IrqSpinLock`, held with IRQs masked.
+    unsafe { asm!("msr daifclr, #2", options(nostack)) };
+}
+
 /// IRQs masked until drop (`local_irq_save` / `local_irq_restore`).
 pub struct IrqGuard(u64);
 

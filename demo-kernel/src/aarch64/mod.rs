@@ -11,9 +11,11 @@
 
 mod boot;
 mod dtb;
+mod gic;
 mod irq;
 mod percpu;
 mod smp;
+mod tick;
 mod tlb;
 mod vectors;
 
@@ -23,6 +25,12 @@ use core::arch::asm;
 pub use irq::IrqSpinLock as Lock;
 pub use percpu::PerCpu as Cpu;
 pub use smp::{online, run_on_all, start_secondaries};
+
+/// (timer ticks, allocations in the tick handler) of CPU `cpu`; `None`
+/// where the port takes no interrupts.
+pub fn tick_counts(cpu: usize) -> Option<(u64, u64)> {
+    Some(tick::counts(cpu))
+}
 pub use tlb::{Tlb, tlb, tlb_counts};
 
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).

@@ -116,6 +116,9 @@ fn my_mpidr() -> u64 {
 /// Starts every CPU the DTB lists; returns how many are online, with a
 /// line for the console.
 pub fn start_secondaries() -> usize {
+    // The tick first: the boot CPU ticks even if it stays alone.
+    super::tick::init_global();
+    super::tick::start_this_cpu();
     let Some(info) = dtb::cpu_info() else {
         crate::kernel::kprint!("smp: no DTB at {:#x}: one CPU\n", dtb::DTB_ADDR);
         return 1;
@@ -126,6 +129,7 @@ pub fn start_secondaries() -> usize {
     };
     let me = my_mpidr();
     AREAS[0].mpidr.store(me, Ordering::Relaxed);
+
     AREAS[0].online.store(true, Ordering::Release);
     clean_to_poc(
         &MMU_REGS as *const _ as u64,
@@ -173,6 +177,7 @@ pub fn start_secondaries() -> usize {
 /// A secondary, with the MMU on and its own stack.
 extern "C" fn secondary_main() -> ! {
     let me = percpu::this_cpu();
+    super::tick::start_this_cpu();
     me.online.store(true, Ordering::Release);
     let mut seen = 0;
     loop {

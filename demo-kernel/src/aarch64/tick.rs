@@ -1,0 +1,101 @@
+//! The periodic tick on every CPU: the EL1 virtual timer (PPI 27 on qemu
+//! `virt`) through the GIC, and what the tick does — allocate and free a few
+//! small objects through the global allocator (slub-core), on the same
+//! caches the interrupted code may be in the middle of using. That is the
+//! point: the unguarded tid fast path must survive an interrupt between its
+//! loads and its CPU-local DW-CAS, and everything under `pin` must not see
+//! the tick at all.
+
+use super::{gic, percpu};
+use alloc::alloc::{alloc, dealloc};
+use core::alloc::Layout;
+use core::arch::asm;
+use core::sync::atomic::Ordering::Relaxed;
+
+/// The virtual timer's PPI on qemu `virt` (the DTB's `/timer` node:
+/// secure phys 29, phys 30, virt 27, hyp 26).
+const VTIMER_PPI: u32 = 27;
+/// Ticks per second.
+const HZ: u64 = 1000;
+
+/// `CNTFRQ_EL0 / HZ`: the counter ticks between two timer interrupts.
+fn period() -> u64 {
+    let f: u64;
+    // SAFETY: reading the counter frequency has no side effects.
+    unsafe { asm!("mrs {f}, cntfrq_el0", f = out(reg) f, options(nomem, nostack)) };
+    (f / HZ).max(1)
+}
+
+fn arm_timer() {
+    // SAFETY: CNTV_TVAL_EL0 = the countdown to the next interrupt;
+    // CNTV_CTL_EL0 = ENABLE, IMASK clear (Arm ARM, DDI 0487, the Generic
+    // Timer: CNTV_CTL_EL0). Writing TVAL also clears the condition of a fired
+    // level-sensitive timer interrupt.
+    unsafe {
+        asm!(
+            "msr cntv_tval_el0, {t}",
+            "msr cntv_ctl_el0, {c}",
+            "isb",
+            t = in(reg) period(),
+            c = in(reg) 1u64,
+            options(nostack),
+        )
+    };
+}
+
+/// The distributor, once, on the boot CPU before any CPU starts ticking.
+pub fn init_global() {
+    gic::init_distributor();
+}
+
+/// This CPU's interface and timer, then IRQs on: from here the tick can
+/// cut into anything this CPU runs outside an IRQ-masked section.
+pub fn start_this_cpu() {
+    gic::init_cpu(VTIMER_PPI);
+    arm_timer();
+    super::irq::enable();
+}
+
+/// Sizes the tick allocates (kmalloc classes the workloads use too).
+const SIZES: [usize; 3] = [16, 64, 256];
+
+/// The Rust side of the IRQ vector: with IRQs masked (the CPU masked them
+/// on entry), on the interrupted code's stack.
+pub(super) extern "C" fn handle_irq() {
+    let iar = gic::ack();
+    let id = iar & 0x3ff;
+    if id == gic::SPURIOUS {
+        return;
+    }
+    if id == VTIMER_PPI {
+        arm_timer();
+        let me = percpu::this_cpu();
+        me.ticks.fetch_add(1, Relaxed);
+        let mut done = 0;
+        for size in SIZES {
+            let Ok(layout) = Layout::from_size_align(size, 8) else {
+                continue;
+            };
+            // SAFETY: a non-zero-size layout; the object is written,
+            // read back and freed once with the same layout.
+            unsafe {
+                let p = alloc(layout);
+                if !p.is_null() {
+                    p.write_volatile(id as u8);
+                    if p.read_volatile() == id as u8 {
+                        done += 1;
+                    }
+                    dealloc(p, layout);
+                }
+            }
+        }
+        me.irq_allocs.fetch_add(done, Relaxed);
+    }
+    gic::end(iar);
+}
+
+/// (ticks, allocations in the tick handler) of CPU `cpu`.
+pub fn counts(cpu: usize) -> (u64, u64) {
+    let a = &percpu::AREAS[cpu];
+    (a.ticks.load(Relaxed), a.irq_allocs.load(Relaxed))
+}

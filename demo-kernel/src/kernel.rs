@@ -12,6 +12,7 @@
 mod fault_test;
 mod munmap;
 mod slab_test;
+mod smp_loop;
 mod vmalloc_loop;
 
 use crate::arch;
@@ -115,6 +116,13 @@ pub fn kernel_main() -> ! {
         arch::kernel_root(0).as_u64(),
         frames::total(),
     );
+    // Create the kmalloc caches now, before any CPU ticks: the tick
+    // allocates, and a tick that cut into the global allocator's one-time
+    // setup on the same CPU would spin on it for ever.
+    check(
+        ALLOC.kmalloc().is_some(),
+        format_args!("slub-core: creating the kmalloc caches failed"),
+    );
     let cpus = arch::start_secondaries();
     check(
         cpus == arch::online(),
@@ -135,6 +143,7 @@ pub fn kernel_main() -> ! {
     let vm = vmalloc_loop::run();
     slab_test::run();
     munmap::run();
+    smp_loop::run(&vm);
     check(
         ALLOC.served() > 0,
         format_args!("slub-core served no allocation"),

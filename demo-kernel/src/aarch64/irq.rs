@@ -4,7 +4,7 @@
 //! again by an interrupt on the same CPU and never be released.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// Masks IRQs, returning the previous `DAIF`.
 #[inline(always)]
@@ -55,28 +55,27 @@ impl Drop for IrqGuard {
 }
 
 /// A test-and-set spinlock that masks IRQs on the holding CPU
-/// (`spin_lock_irqsave`). The DAIF saved at lock time lives in the lock
-/// (only the holder writes it) and is restored at unlock, so locks must be
-/// released in the reverse order they were taken — which the guards of the
-/// family's `Mutex` do.
+/// (`spin_lock_irqsave`). The mask is counted per CPU (`Area::locks_held`):
+/// the first lock a CPU takes saves its `DAIF`, the last one it releases
+/// restores it, so locks may be released in any order without opening IRQs
+/// while another lock is still held.
 pub struct IrqSpinLock {
     locked: AtomicBool,
-    saved_daif: AtomicU64,
 }
 
 // SAFETY: `lock` returns only once this CPU flipped `locked` from false to
 // true with Acquire, `unlock` stores false with Release: one holder at a
 // time, and the holder's accesses are ordered before the next holder's.
+// IRQs stay masked on a CPU while it holds any of these locks.
 unsafe impl lock_api::RawMutex for IrqSpinLock {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self {
         locked: AtomicBool::new(false),
-        saved_daif: AtomicU64::new(0),
     };
     type GuardMarker = lock_api::GuardNoSend;
 
     fn lock(&self) {
-        let daif = save_and_mask();
+        enter();
         while self
             .locked
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -86,26 +85,41 @@ unsafe impl lock_api::RawMutex for IrqSpinLock {
                 core::hint::spin_loop();
             }
         }
-        self.saved_daif.store(daif, Ordering::Relaxed);
     }
 
     fn try_lock(&self) -> bool {
-        let daif = save_and_mask();
+        enter();
         let got = self
             .locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok();
-        if got {
-            self.saved_daif.store(daif, Ordering::Relaxed);
-        } else {
-            restore(daif);
+        if !got {
+            leave();
         }
         got
     }
 
     unsafe fn unlock(&self) {
-        let daif = self.saved_daif.load(Ordering::Relaxed);
         self.locked.store(false, Ordering::Release);
-        restore(daif);
+        leave();
+    }
+}
+
+/// Masks IRQs and counts one more lock held by this CPU; the first saves
+/// the `DAIF` to restore.
+fn enter() {
+    let daif = save_and_mask();
+    let me = super::percpu::this_cpu();
+    // Relaxed: only this CPU touches its counters, with IRQs masked.
+    if me.locks_held.fetch_add(1, Ordering::Relaxed) == 0 {
+        me.locks_daif.store(daif, Ordering::Relaxed);
+    }
+}
+
+/// Counts one lock fewer; the last one restores the saved `DAIF`.
+fn leave() {
+    let me = super::percpu::this_cpu();
+    if me.locks_held.fetch_sub(1, Ordering::Relaxed) == 1 {
+        restore(me.locks_daif.load(Ordering::Relaxed));
     }
 }

@@ -156,7 +156,7 @@ pub fn start_secondaries() -> usize {
         // reported, not waited for forever).
         let t0 = super::cycles();
         while !area.online.load(Ordering::Acquire) {
-            if super::cycles() - t0 > 5 * 62_500_000 {
+            if super::cycles() - t0 > 5 * counter_hz() {
                 crate::kernel::kprint!(
                     "check failed: smp: CPU {next} ({mpidr:#x}) never came up\n"
                 );
@@ -211,7 +211,27 @@ pub fn run_on_all(f: fn(usize)) {
     // that wakes the secondaries out of `wfe`.
     unsafe { asm!("dsb ish", "sev", options(nostack)) };
     f(0);
+    // Bounded: a CPU that stops answering is reported, not waited for.
+    let t0 = super::cycles();
     while DONE.load(Ordering::Acquire) < others {
+        if super::cycles() - t0 > RUN_TIMEOUT_S * counter_hz() {
+            crate::kernel::kprint!(
+                "check failed: smp: {} of {others} CPUs finished their work within {RUN_TIMEOUT_S} s\n",
+                DONE.load(Ordering::Acquire)
+            );
+            super::exit(1);
+        }
         core::hint::spin_loop();
     }
+}
+
+/// How long `run_on_all` waits for the other CPUs (virtual time).
+const RUN_TIMEOUT_S: u64 = 60;
+
+/// `CNTFRQ_EL0`, the counter's frequency.
+fn counter_hz() -> u64 {
+    let f: u64;
+    // SAFETY: reading the counter frequency has no side effects.
+    unsafe { asm!("mrs {f}, cntfrq_el0", f = out(reg) f, options(nomem, nostack)) };
+    f
 }

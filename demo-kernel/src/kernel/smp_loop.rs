@@ -23,8 +23,11 @@ use slub_core::{CacheFlags, KmemCache};
 const KMALLOC_ROUNDS: u64 = 400;
 /// Objects live at once per CPU.
 const LIVE: usize = 16;
-/// vmalloc/vfree pairs per CPU.
-const VMALLOC_ITERS: u64 = 300;
+/// vmalloc/vfree pairs, shared out over the CPUs: enough freed pages
+/// (`VMALLOC_TOTAL * PAGES`) to pass vmap-lazy's `lazy_max_pages` for 8
+/// possible CPUs (32768 pages) once, so a purge with its broadcast flush
+/// runs while the other CPUs are still allocating and touching pages.
+const VMALLOC_TOTAL: u64 = 10_000;
 /// Object size of the shared cache.
 const SHARED_SIZE: usize = 96;
 
@@ -118,7 +121,8 @@ fn worker(cpu: usize) {
     }
     let ps = ArchLayout::PAGE_SIZE;
     let mut stale = 0;
-    for i in 0..VMALLOC_ITERS {
+    let iters = VMALLOC_TOTAL / arch::online() as u64;
+    for i in 0..iters {
         match vm.vmalloc(PAGES * ps) {
             Ok(va) => {
                 stale += touch(vm, va, i ^ ((cpu as u64) << 32));
@@ -166,10 +170,11 @@ pub fn run(vm: &KernelVmalloc) {
     let leaked = (VMEM.bytes_out() - vm.pagetable_bytes()) / ps;
     let destroyed = cache.destroy();
 
+    let n = cpus as u64 * (VMALLOC_TOTAL / cpus as u64);
     let sum = |a: &[AtomicU64; MAX]| a[..cpus].iter().map(|x| x.load(Relaxed)).sum::<u64>();
     let (bad, stale, errors) = (sum(&BAD), sum(&STALE), sum(&ERRORS));
     kprint!(
-        "{{\"workload\":\"smp-loop\",\"arch\":\"{}\",\"cpus\":{cpus},\"kmalloc_rounds\":{KMALLOC_ROUNDS},\"live\":{LIVE},\"vmalloc_iterations\":{VMALLOC_ITERS},\"pages\":{PAGES},\"wall_cycles\":{wall},\"cycles_per_cpu\":[",
+        "{{\"workload\":\"smp-loop\",\"arch\":\"{}\",\"cpus\":{cpus},\"kmalloc_rounds\":{KMALLOC_ROUNDS},\"live\":{LIVE},\"vmalloc_iterations\":{n},\"pages\":{PAGES},\"wall_cycles\":{wall},\"cycles_per_cpu\":[",
         arch::NAME
     );
     for (c, cycles) in CYCLES.iter().enumerate().take(cpus) {
@@ -197,7 +202,6 @@ pub fn run(vm: &KernelVmalloc) {
         leaked == 0,
         format_args!("smp-loop: {leaked} vmalloc pages leaked"),
     );
-    let n = cpus as u64 * VMALLOC_ITERS;
     check(
         st.allocs - before.allocs == n && st.frees - before.frees == n,
         format_args!(
@@ -205,6 +209,10 @@ pub fn run(vm: &KernelVmalloc) {
             st.allocs - before.allocs,
             st.frees - before.frees
         ),
+    );
+    check(
+        st.purges - before.purges >= 2,
+        format_args!("smp-loop: no purge ran during the loop"),
     );
     check(
         vm.vmap_lazy_nr() == 0,

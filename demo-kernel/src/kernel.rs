@@ -83,27 +83,34 @@ fn report_ticks(cpus: usize) {
     if arch::tick_counts(0).is_none() {
         return;
     }
-    let counts = |k: usize| {
-        (0..cpus).map(move |c| arch::tick_counts(c).map_or(0, |t| if k == 0 { t.0 } else { t.1 }))
-    };
+    let counts =
+        |k: usize| (0..cpus).map(move |c| arch::tick_counts(c).map_or(0, |t| [t.0, t.1, t.2][k]));
     kprint!(
-        "{{\"workload\":\"irq\",\"arch\":\"{}\",\"cpus\":{cpus},\"ticks\":[",
+        "{{\"workload\":\"irq\",\"arch\":\"{}\",\"cpus\":{cpus}",
         arch::NAME
     );
-    for (i, t) in counts(0).enumerate() {
-        kprint!("{}{t}", if i == 0 { "" } else { "," });
+    for (k, key) in ["ticks", "irq_allocs", "irq_objects_overwritten"]
+        .iter()
+        .enumerate()
+    {
+        kprint!(",\"{key}\":[");
+        for (i, v) in counts(k).enumerate() {
+            kprint!("{}{v}", if i == 0 { "" } else { "," });
+        }
+        kprint!("]");
     }
-    kprint!("],\"irq_allocs\":[");
-    for (i, a) in counts(1).enumerate() {
-        kprint!("{}{a}", if i == 0 { "" } else { "," });
-    }
-    kprint!("]}}\n");
+    kprint!("}}\n");
     for (cpu, a) in counts(1).enumerate() {
         check(
             a > 0,
             format_args!("irq: CPU {cpu} allocated nothing in its tick"),
         );
     }
+    let bad: u64 = counts(2).sum();
+    check(
+        bad == 0,
+        format_args!("irq: {bad} tick objects overwritten"),
+    );
 }
 
 /// Entered by the arch boot code with the MMU on, interrupts masked.

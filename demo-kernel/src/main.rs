@@ -65,11 +65,13 @@
 //! * `pub fn start_secondaries() -> usize`, `pub fn online() -> usize`,
 //!   `pub fn run_on_all(f: fn(usize))`: bring the other CPUs up (x86_64:
 //!   not yet, one CPU) and run `f(cpu)` on all of them at once.
-//! * `pub fn tick_counts(cpu: usize) -> Option<(u64, u64)>`: (timer ticks,
-//!   allocations done in the tick handler) of a CPU; `None` where the port
-//!   takes no interrupts (x86_64 for now). On aarch64 every CPU ticks at
-//!   1 kHz from `start_secondaries` on (GICv2, virtual timer PPI 27) and
-//!   its tick kmallocs and frees 16, 64 and 256 bytes.
+//! * `pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)>`: (timer
+//!   ticks, allocations done in the tick handler, tick objects found
+//!   overwritten) of a CPU; `None` where the port takes no interrupts
+//!   (x86_64 for now). On aarch64 every CPU ticks at 1 kHz from
+//!   `start_secondaries` on (GICv2, virtual timer PPI 27); each tick frees
+//!   its previous tick's 16 objects of 16, 64 and 256 bytes, checked, and
+//!   kmallocs new ones.
 //!
 //! The x86_64 kernel runs on one CPU with interrupts masked throughout; the
 //! aarch64 one on every CPU qemu's `-smp` gives.

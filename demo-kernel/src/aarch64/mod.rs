@@ -26,9 +26,9 @@ pub use irq::IrqSpinLock as Lock;
 pub use percpu::PerCpu as Cpu;
 pub use smp::{online, run_on_all, start_secondaries};
 
-/// (timer ticks, allocations in the tick handler) of CPU `cpu`; `None`
-/// where the port takes no interrupts.
-pub fn tick_counts(cpu: usize) -> Option<(u64, u64)> {
+/// (timer ticks, allocations in the tick handler, tick objects found
+/// overwritten) of CPU `cpu`; `None` where the port takes no interrupts.
+pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
     Some(tick::counts(cpu))
 }
 pub use tlb::{Tlb, tlb, tlb_counts};

@@ -34,6 +34,8 @@ pub struct Area {
     pub ticks: AtomicU64,
     /// Allocations done by its interrupt handler.
     pub irq_allocs: AtomicU64,
+    /// Objects of its tick found overwritten at the next tick.
+    pub irq_bad: AtomicU64,
     /// `IrqSpinLock`s this CPU holds, and the `DAIF` the first one saved.
     pub locks_held: AtomicU64,
     pub locks_daif: AtomicU64,
@@ -55,6 +57,7 @@ impl Area {
             online: AtomicBool::new(false),
             ticks: AtomicU64::new(0),
             irq_allocs: AtomicU64::new(0),
+            irq_bad: AtomicU64::new(0),
             locks_held: AtomicU64::new(0),
             locks_daif: AtomicU64::new(0),
         }

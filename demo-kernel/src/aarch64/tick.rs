@@ -10,7 +10,7 @@ use super::{gic, percpu};
 use alloc::alloc::{alloc, dealloc};
 use core::alloc::Layout;
 use core::arch::asm;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 /// The virtual timer's PPI on qemu `virt` (the DTB's `/timer` node:
 /// secure phys 29, phys 30, virt 27, hyp 26).
@@ -58,6 +58,53 @@ pub fn start_this_cpu() {
 
 /// Sizes the tick allocates (kmalloc classes the workloads use too).
 const SIZES: [usize; 3] = [16, 64, 256];
+/// Objects of each size a CPU's tick keeps until its next tick: freeing
+/// and refilling a batch per tick sends the tick through slab refills and
+/// partial-list moves, not just the per-CPU freelist, so it meets the
+/// interrupted code's slow paths (the ones `pin` must shield) often.
+const BATCH: usize = 16;
+
+/// Per CPU, per size, the objects kept from the last tick (touched only
+/// by that CPU's tick handler, with IRQs masked).
+static STASH: [[[AtomicPtr<u8>; BATCH]; SIZES.len()]; percpu::MAX_CPUS] =
+    [const { [const { [const { AtomicPtr::new(core::ptr::null_mut()) }; BATCH] }; SIZES.len()] };
+        percpu::MAX_CPUS];
+
+/// Frees last tick's batch of `size` (checking each still holds its
+/// pattern) and allocates a new one; returns (allocations, bad objects).
+fn churn(cpu: usize, k: usize, size: usize) -> (u64, u64) {
+    let Ok(layout) = Layout::from_size_align(size, 8) else {
+        return (0, 0);
+    };
+    let tag = (cpu as u8) << 4 | k as u8 | 0x80;
+    let (mut done, mut bad) = (0, 0);
+    for slot in &STASH[cpu][k] {
+        let old = slot.swap(core::ptr::null_mut(), Relaxed);
+        if !old.is_null() {
+            // SAFETY: allocated by this CPU's previous tick with `layout`
+            // and filled with `tag`; freed once here.
+            unsafe {
+                if core::slice::from_raw_parts(old, size)
+                    .iter()
+                    .any(|&b| b != tag)
+                {
+                    bad += 1;
+                }
+                dealloc(old, layout);
+            }
+        }
+        // SAFETY: a non-zero-size layout; filled and kept until the next
+        // tick on this CPU.
+        let p = unsafe { alloc(layout) };
+        if !p.is_null() {
+            // SAFETY: a fresh object of `size` bytes.
+            unsafe { p.write_bytes(tag, size) };
+            slot.store(p, Relaxed);
+            done += 1;
+        }
+    }
+    (done, bad)
+}
 
 /// The Rust side of the IRQ vector: with IRQs masked (the CPU masked them
 /// on entry), on the interrupted code's stack.
@@ -71,31 +118,25 @@ pub(super) extern "C" fn handle_irq() {
         arm_timer();
         let me = percpu::this_cpu();
         me.ticks.fetch_add(1, Relaxed);
-        let mut done = 0;
-        for size in SIZES {
-            let Ok(layout) = Layout::from_size_align(size, 8) else {
-                continue;
-            };
-            // SAFETY: a non-zero-size layout; the object is written,
-            // read back and freed once with the same layout.
-            unsafe {
-                let p = alloc(layout);
-                if !p.is_null() {
-                    p.write_volatile(id as u8);
-                    if p.read_volatile() == id as u8 {
-                        done += 1;
-                    }
-                    dealloc(p, layout);
-                }
-            }
+        let (mut done, mut bad) = (0, 0);
+        for (k, size) in SIZES.into_iter().enumerate() {
+            let (d, b) = churn(me.id, k, size);
+            done += d;
+            bad += b;
         }
+        me.irq_bad.fetch_add(bad, Relaxed);
         me.irq_allocs.fetch_add(done, Relaxed);
     }
     gic::end(iar);
 }
 
-/// (ticks, allocations in the tick handler) of CPU `cpu`.
-pub fn counts(cpu: usize) -> (u64, u64) {
+/// (ticks, allocations in the tick handler, tick objects found
+/// overwritten) of CPU `cpu`.
+pub fn counts(cpu: usize) -> (u64, u64, u64) {
     let a = &percpu::AREAS[cpu];
-    (a.ticks.load(Relaxed), a.irq_allocs.load(Relaxed))
+    (
+        a.ticks.load(Relaxed),
+        a.irq_allocs.load(Relaxed),
+        a.irq_bad.load(Relaxed),
+    )
 }

@@ -8,7 +8,11 @@
 
 use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use spin::Mutex;
+use lock_api::RawMutex;
+
+/// The kernel's lock (IRQ-safe on aarch64: the timer interrupt allocates,
+/// and a slab refill there reaches this bitmap).
+type Mutex<T> = lock_api::Mutex<crate::arch::Lock, T>;
 
 /// Frame size.
 pub const FRAME: u64 = 4096;
@@ -24,12 +28,15 @@ struct Bitmap {
     hint: usize,
 }
 
-static BITMAP: Mutex<Bitmap> = Mutex::new(Bitmap {
-    base: 0,
-    frames: 0,
-    bits: [0; MAX_FRAMES / 64],
-    hint: 0,
-});
+static BITMAP: Mutex<Bitmap> = Mutex::const_new(
+    <crate::arch::Lock as RawMutex>::INIT,
+    Bitmap {
+        base: 0,
+        frames: 0,
+        bits: [0; MAX_FRAMES / 64],
+        hint: 0,
+    },
+);
 
 /// Frames in use, for the leak checks.
 static IN_USE: AtomicU64 = AtomicU64::new(0);

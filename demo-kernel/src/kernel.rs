@@ -12,20 +12,20 @@
 mod fault_test;
 mod munmap;
 mod slab_test;
+mod smp_loop;
 mod vmalloc_loop;
 
 use crate::arch;
-use crate::cpu::OneCpu;
 use crate::frames::{self, Frames};
 use crate::platform::DemoKernel;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use slub_core::SlubGlobalAlloc;
 
-/// kmalloc over the kernel's frames, one CPU: slab pages straight from the
+/// kmalloc over the kernel's frames and CPUs: slab pages straight from the
 /// frame bitmap.
 #[global_allocator]
-static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, OneCpu);
+static ALLOC: SlubGlobalAlloc<DemoKernel> = SlubGlobalAlloc::new(Frames, arch::CPU);
 
 /// The console as a `core::fmt::Write` sink.
 pub struct Console;
@@ -77,6 +77,42 @@ pub fn tlb_delta<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
     (r, p1 - p0, a1 - a0)
 }
 
+/// Prints the ticks and the allocations done in interrupt context per CPU;
+/// on a port that ticks, each online CPU must have allocated in its tick.
+fn report_ticks(cpus: usize) {
+    if arch::tick_counts(0).is_none() {
+        return;
+    }
+    let counts =
+        |k: usize| (0..cpus).map(move |c| arch::tick_counts(c).map_or(0, |t| [t.0, t.1, t.2][k]));
+    kprint!(
+        "{{\"workload\":\"irq\",\"arch\":\"{}\",\"cpus\":{cpus}",
+        arch::NAME
+    );
+    for (k, key) in ["ticks", "irq_allocs", "irq_objects_overwritten"]
+        .iter()
+        .enumerate()
+    {
+        kprint!(",\"{key}\":[");
+        for (i, v) in counts(k).enumerate() {
+            kprint!("{}{v}", if i == 0 { "" } else { "," });
+        }
+        kprint!("]");
+    }
+    kprint!("}}\n");
+    for (cpu, a) in counts(1).enumerate() {
+        check(
+            a > 0,
+            format_args!("irq: CPU {cpu} allocated nothing in its tick"),
+        );
+    }
+    let bad: u64 = counts(2).sum();
+    check(
+        bad == 0,
+        format_args!("irq: {bad} tick objects overwritten"),
+    );
+}
+
 /// Entered by the arch boot code with the MMU on, interrupts masked.
 pub fn kernel_main() -> ! {
     let (start, end) = arch::free_ram();
@@ -87,10 +123,34 @@ pub fn kernel_main() -> ! {
         arch::kernel_root(0).as_u64(),
         frames::total(),
     );
+    // Create the kmalloc caches now, before any CPU ticks: the tick
+    // allocates, and a tick that cut into the global allocator's one-time
+    // setup on the same CPU would spin on it for ever.
+    check(
+        ALLOC.kmalloc().is_some(),
+        format_args!("slub-core: creating the kmalloc caches failed"),
+    );
+    let cpus = arch::start_secondaries();
+    check(
+        cpus == arch::online(),
+        format_args!("smp: {cpus} CPUs started, {} online", arch::online()),
+    );
+    static RAN: AtomicU64 = AtomicU64::new(0);
+    arch::run_on_all(|_cpu| {
+        RAN.fetch_add(1, Relaxed);
+    });
+    check(
+        RAN.load(Relaxed) == cpus as u64,
+        format_args!(
+            "smp: {} of {cpus} CPUs ran the first work",
+            RAN.load(Relaxed)
+        ),
+    );
 
     let vm = vmalloc_loop::run();
     slab_test::run();
     munmap::run();
+    smp_loop::run(&vm);
     check(
         ALLOC.served() > 0,
         format_args!("slub-core served no allocation"),
@@ -99,6 +159,8 @@ pub fn kernel_main() -> ! {
     if cfg!(feature = "fault-test") {
         fault_test::run(&vm);
     }
+
+    report_ticks(cpus);
 
     let (pages, full) = arch::tlb_counts();
     kprint!(

@@ -1,8 +1,8 @@
 //! The kernel's platform, named once: what vmap-lazy and slub-core are
 //! generic over.
 
-use crate::{arch, cpu::OneCpu, frames::Frames};
-use arch_api::{Platform, sync::DefaultRawMutex};
+use crate::{arch, frames::Frames};
+use arch_api::Platform;
 
 /// This kernel: its live tables' layout, the frame bitmap reached through
 /// the identity map (`Frames` is both), the counted TLB flusher, one CPU,
@@ -12,12 +12,13 @@ pub struct DemoKernel;
 // SAFETY: the bitmap hands each frame to one owner until it is freed, every
 // frame is RAM the identity map (offset 0) reaches, the map is its own
 // inverse, and `Frames` allocates through nothing but the bitmap (never the
-// global allocator); `OneCpu` upholds `CpuLocal`'s contract (see `cpu.rs`).
+// global allocator); `arch::Cpu` upholds `CpuLocal`'s contract (see
+// `aarch64/percpu.rs`, `cpu.rs`).
 unsafe impl Platform for DemoKernel {
     type Layout = arch::Layout;
     type Mem = Frames;
     type Tlb = arch::Tlb;
-    type Cpu = OneCpu;
-    type Lock = DefaultRawMutex;
+    type Cpu = arch::Cpu;
+    type Lock = arch::Lock;
     type DwCas = slub_core::DefaultDwCas;
 }

@@ -1,6 +1,6 @@
-//! `cargo xtask qemu aarch64|x86_64 [--fault-test] [--timeout SECS]`: builds
+//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test] [--timeout SECS]`: builds
 //! `demo-kernel` for the bare-metal target in release, boots it under
-//! `qemu-system-*` with a timeout, streams its console, and passes only if
+//! `qemu-system-*` (`-smp N`, default 1) with a timeout, streams its console, and passes only if
 //! it printed `all checks passed` and exited with success — or, with
 //! `--fault-test`, if it reported a `fault:` and exited with the fault status.
 
@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 /// The default limit for one boot (the runs take seconds; a hang is a failure).
 const DEFAULT_TIMEOUT_S: u64 = 120;
+
+/// The most CPUs `--smp` accepts: GICv2, the aarch64 `virt` default under
+/// TCG, has 8 CPU interfaces.
+pub const MAX_SMP: u32 = 8;
 
 /// The Debian 12 packages; the image's newer `qemu-utils` blocks them, hence the pin.
 pub const INSTALL_COMMAND: &str = "apt-get install -y --allow-downgrades qemu-system-arm \
@@ -94,15 +98,18 @@ pub struct QemuArgs {
     pub fault_test: bool,
     /// Limit for the boot.
     pub timeout: Duration,
+    /// CPUs qemu emulates (`-smp`), 1..=[`MAX_SMP`].
+    pub smp: u32,
 }
 
-/// Parses `ARCH [--fault-test] [--timeout SECS]`.
+/// Parses `ARCH [--smp N] [--fault-test] [--timeout SECS]`.
 pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     let names: Vec<&str> = PORTS.iter().map(|p| p.name).collect();
     let expected = names.join(" or ");
     let mut port_arg = None;
     let mut fault_test = false;
     let mut timeout = Duration::from_secs(DEFAULT_TIMEOUT_S);
+    let mut smp = 1;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -118,9 +125,19 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
                     .ok_or_else(|| format!("--timeout expects whole seconds > 0, got `{v}`"))?;
                 timeout = Duration::from_secs(secs);
             }
+            "--smp" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| "`--smp` needs a number of CPUs".to_string())?;
+                smp = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_SMP).contains(n))
+                    .ok_or_else(|| format!("--smp expects 1..={MAX_SMP} CPUs, got `{v}`"))?;
+            }
             flag if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag `{flag}` for `qemu`; expected: --fault-test, --timeout"
+                    "unknown flag `{flag}` for `qemu`; expected: --smp, --fault-test, --timeout"
                 ));
             }
             name => {
@@ -140,6 +157,7 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
         port,
         fault_test,
         timeout,
+        smp,
     })
 }
 
@@ -268,14 +286,16 @@ fn build(root: &Path, a: &QemuArgs) -> Result<PathBuf, String> {
 
 /// Boots `kernel`, echoing the console; returns (exit status, console).
 fn boot(a: &QemuArgs, kernel: &Path) -> Result<(Option<i32>, String), String> {
+    let smp = a.smp.to_string();
     let mut cmd = Command::new(a.port.qemu);
     cmd.args(a.port.args)
+        .args(["-smp", &smp])
         .arg("-kernel")
         .arg(kernel)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     eprintln!(
-        "==> {} {} -kernel {}",
+        "==> {} {} -smp {smp} -kernel {}",
         a.port.qemu,
         a.port.args.join(" "),
         kernel.display()
@@ -334,7 +354,15 @@ pub fn main(root: &Path, args: &[String]) -> ExitCode {
         );
         verdict(a.port, a.fault_test, status, &output)
     };
-    let what = if a.fault_test { " --fault-test" } else { "" };
+    let what = format!(
+        "{}{}",
+        if a.smp == 1 {
+            String::new()
+        } else {
+            format!(" --smp {}", a.smp)
+        },
+        if a.fault_test { " --fault-test" } else { "" }
+    );
     match run() {
         Ok(()) => {
             eprintln!("qemu {}{what}: passed", a.port.name);
@@ -364,6 +392,11 @@ mod tests {
         let a = parse(&args(&["aarch64"])).unwrap();
         assert_eq!(a.port.qemu, "qemu-system-aarch64");
         assert!(!a.fault_test);
+        assert_eq!(a.smp, 1);
+        assert_eq!(parse(&args(&["aarch64", "--smp", "4"])).unwrap().smp, 4);
+        assert!(parse(&args(&["aarch64", "--smp", "0"])).is_err());
+        assert!(parse(&args(&["aarch64", "--smp", "9"])).is_err());
+        assert!(parse(&args(&["aarch64", "--smp"])).is_err());
         assert!(
             parse(&args(&[]))
                 .unwrap_err()

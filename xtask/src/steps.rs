@@ -499,12 +499,20 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         rows.push(Step::new(StepKind::Msrv, "host", config, Action::Cmd(cmd)));
     }
 
-    // The demo kernels: a normal boot and the deliberate-fault boot per port.
+    // The demo kernels: a normal boot and the deliberate-fault boot per port,
+    // and the aarch64 kernel on 4 CPUs (issue 16; about 1 s under TCG on 2
+    // host cores). x86_64 gets its `--smp 4` rows once it starts its APs.
+    const ONE_CPU: &[(&str, &[&str])] = &[("default", &[]), ("fault-test", &["--fault-test"])];
+    const SMP4: &[(&str, &[&str])] = &[
+        ("smp4", &["--smp", "4"]),
+        ("smp4-fault-test", &["--smp", "4", "--fault-test"]),
+    ];
     for port in crate::qemu::PORTS {
-        for (config, extra) in [("default", None), ("fault-test", Some("--fault-test"))] {
+        let smp: &[(&str, &[&str])] = if port.name == "aarch64" { SMP4 } else { &[] };
+        for &(config, extra) in ONE_CPU.iter().chain(smp) {
             let cmd = Cmd::new("cargo")
                 .args(["xtask", "qemu", port.name])
-                .args(extra);
+                .args(extra.iter().copied());
             rows.push(Step::new(
                 StepKind::QemuSystem,
                 port.target,
@@ -663,6 +671,8 @@ mod tests {
             [
                 "aarch64-unknown-none/default: cargo xtask qemu aarch64",
                 "aarch64-unknown-none/fault-test: cargo xtask qemu aarch64 --fault-test",
+                "aarch64-unknown-none/smp4: cargo xtask qemu aarch64 --smp 4",
+                "aarch64-unknown-none/smp4-fault-test: cargo xtask qemu aarch64 --smp 4 --fault-test",
                 "x86_64-unknown-none/default: cargo xtask qemu x86_64",
                 "x86_64-unknown-none/fault-test: cargo xtask qemu x86_64 --fault-test",
             ]

@@ -11,6 +11,7 @@ use arch_aarch64::{Descriptor4K, MAIR_EL1_VALUE};
 use arch_api::{MapFlags, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
 use core::arch::{asm, global_asm};
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 global_asm!(
     r#"
@@ -25,6 +26,12 @@ _start:
     b.ne    9f
     ldr     x1, =__stack_top
     mov     sp, x1
+    // TPIDR_EL1 = the boot CPU's per-CPU area (in .data, not cleared
+    // below), whose fault-report stack is the linker script's.
+    ldr     x1, ={area0}
+    msr     tpidr_el1, x1
+    ldr     x2, =__exception_stack_top
+    str     x2, [x1, #{exc_stack_top}]
     // FP/SIMD: rustc emits SIMD for plain copies; without FPEN = 0b11 the
     // first one traps (and the vectors are not up yet).
     mov     x1, #(3 << 20)
@@ -46,7 +53,39 @@ _start:
 "#,
     vectors = sym super::vectors::demo_vectors,
     boot_main = sym boot_main,
+    area0 = sym super::percpu::AREAS,
+    exc_stack_top = const super::percpu::AREA_EXC_STACK_TOP,
 );
+
+/// The boot CPU's MMU registers, as it wrote them, for the secondaries:
+/// MAIR_EL1, TCR_EL1, TTBR0_EL1, TTBR1_EL1, SCTLR_EL1 (the order
+/// `secondary_entry` loads them in).
+#[repr(C, align(64))]
+pub(super) struct MmuRegs(pub [AtomicU64; 5]);
+
+pub(super) static MMU_REGS: MmuRegs = MmuRegs([const { AtomicU64::new(0) }; 5]);
+
+/// Cleans `[start, start + len)` from the data caches to the point of
+/// coherency (`dc cvac` per line, the line size from CTR_EL0.DminLine), so
+/// a CPU that reads it with its MMU and caches off (a secondary before its
+/// MMU is on) sees what this CPU wrote through its caches (Arm ARM, DDI
+/// 0487, data cache maintenance: DC CVAC cleans to the PoC).
+pub(super) fn clean_to_poc(start: u64, len: usize) {
+    let ctr: u64;
+    // SAFETY: reading CTR_EL0 has no side effects.
+    unsafe { asm!("mrs {c}, ctr_el0", c = out(reg) ctr, options(nomem, nostack)) };
+    let line = 4u64 << ((ctr >> 16) & 0xf);
+    let mut a = start & !(line - 1);
+    while a < start + len as u64 {
+        // SAFETY: cleaning a line that is mapped (identity-mapped RAM)
+        // writes back dirty data and changes no value.
+        unsafe { asm!("dc cvac, {a}", a = in(reg) a, options(nostack)) };
+        a += line;
+    }
+    // SAFETY: a barrier; the cleans complete before whatever comes next
+    // (the CPU_ON call).
+    unsafe { asm!("dsb sy", options(nostack)) };
+}
 
 /// One 4 KiB translation table, in BSS (zero = all entries invalid).
 #[repr(C, align(4096))]
@@ -154,6 +193,10 @@ extern "C" fn boot_main() -> ! {
     let mair = MAIR_EL1_VALUE;
     let tcr = tcr_value();
     let (ttbr0, ttbr1) = (BOOT_L0.pa(), KERNEL_TTBR1.pa());
+    for (slot, v) in MMU_REGS.0.iter().zip([mair, tcr, ttbr0, ttbr1]) {
+        slot.store(v, Relaxed);
+    }
+    let sctlr: u64;
     // SAFETY: the tables are complete and identity-map the running image,
     // its stack and the UART, so execution continues at the same addresses
     // once translation is on. The TLB is invalidated (local, nothing else
@@ -174,16 +217,18 @@ extern "C" fn boot_main() -> ! {
             "bic {s}, {s}, {clr}",
             "msr sctlr_el1, {s}",
             "isb",
+            "mrs {s}, sctlr_el1",
             mair = in(reg) mair,
             tcr = in(reg) tcr,
             ttbr0 = in(reg) ttbr0,
             ttbr1 = in(reg) ttbr1,
             set = in(reg) SCTLR_M | SCTLR_C | SCTLR_I,
             clr = in(reg) SCTLR_A | SCTLR_WXN,
-            s = out(reg) _,
+            s = out(reg) sctlr,
             options(nostack),
         );
     }
+    MMU_REGS.0[4].store(sctlr, Relaxed);
     super::tlb::count_full();
     crate::kernel::kernel_main()
 }

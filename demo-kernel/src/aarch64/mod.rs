@@ -1,18 +1,40 @@
 //! The aarch64 port: `qemu-system-aarch64 -M virt -cpu max`, booted at EL1
-//! through `-kernel` (ELF at 0x4008_0000), PL011 console, semihosting exit.
+//! through `-kernel` (ELF at 0x4020_0000, the DTB below it), PL011 console, semihosting exit.
 //!
 //! `boot.rs` brings the CPU up (stack, FP/SIMD, BSS, boot tables, MMU),
-//! `vectors.rs` reports exceptions, `tlb.rs` counts the `TLBI`s issued.
+//! `vectors.rs` reports exceptions, `tlb.rs` counts the `TLBI`s issued;
+//! `percpu.rs` is the per-CPU area behind `TPIDR_EL1` (the kernel's
+//! `CpuLocal`), `irq.rs` the IRQ mask and the IRQ-safe spinlock, `dtb.rs`
+//! reads the CPUs and the PSCI conduit from the DTB, `smp.rs` starts the
+//! secondaries.
 //! The arch-module contract is in `main.rs`.
 
 mod boot;
+mod dtb;
+mod gic;
+mod irq;
+mod percpu;
+mod smp;
+mod tick;
 mod tlb;
 mod vectors;
 
 use arch_api::PhysAddr;
 use core::arch::asm;
 
+pub use irq::IrqSpinLock as Lock;
+pub use percpu::PerCpu as Cpu;
+pub use smp::{online, run_on_all, start_secondaries};
+
+/// (timer ticks, allocations in the tick handler, tick objects found
+/// overwritten) of CPU `cpu`; `None` where the port takes no interrupts.
+pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
+    Some(tick::counts(cpu))
+}
 pub use tlb::{Tlb, tlb, tlb_counts};
+
+/// The kernel's `CpuLocal` value (`Platform::Cpu`).
+pub const CPU: Cpu = percpu::PerCpu;
 
 /// The JSON `arch` key.
 pub const NAME: &str = "aarch64";

@@ -10,7 +10,6 @@
 
 use super::{Ratio, check, kprint, tlb_delta};
 use crate::arch;
-use crate::cpu::OneCpu;
 use crate::frames::Frames;
 use crate::platform::DemoKernel;
 use arch_api::{PageTableLayout, PhysMap, VirtAddr};
@@ -18,13 +17,13 @@ use vmap_lazy::{LazyMaxPages, OneSpace, Vmalloc, VmallocMem};
 
 /// Iterations (the harness default is larger; emulation is slow).
 const ITERATIONS: u64 = 10_000;
-/// Pages per vmalloc.
-const PAGES: u64 = 4;
+/// Pages per vmalloc (`touch` writes each).
+pub(super) const PAGES: u64 = 4;
 
 /// The kernel's vmalloc, mapping into the kernel's own live page table.
 pub type KernelVmalloc = Vmalloc<'static, DemoKernel>;
 
-static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
+pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
 /// Sets vmalloc up over the window of the kernel's live table, runs the loop
 /// and returns it (it stays the kernel's vmalloc). The policy is the
@@ -48,7 +47,8 @@ pub fn run() -> KernelVmalloc {
     // identity-mapped RAM (`Frames`' direct map); nothing but this vmalloc
     // ever writes inside the window, and the table lives for ever.
     let vm =
-        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), OneCpu, LazyMaxPages) } {
+        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), arch::CPU, LazyMaxPages) }
+        {
             Ok(vm) => vm,
             Err(e) => {
                 kprint!("check failed: vmalloc setup: {e:?}\n");
@@ -130,7 +130,7 @@ pub fn run() -> KernelVmalloc {
 
 /// Writes a tag into every page of the `PAGES`-page area at `va` through
 /// the MMU and reads it back both ways; returns the pages that disagreed.
-fn touch(vm: &KernelVmalloc, va: VirtAddr, i: u64) -> u64 {
+pub(super) fn touch(vm: &KernelVmalloc, va: VirtAddr, i: u64) -> u64 {
     let ps = arch::Layout::PAGE_SIZE;
     let mut stale = 0;
     for p in 0..PAGES {

@@ -43,6 +43,34 @@ use core::sync::atomic::Ordering;
 pub use exit::exit;
 pub use tlb::{Tlb, tlb};
 
+/// One CPU with IF clear throughout (the APs stay parked): `OneCpu`, and
+/// `spin`'s lock, since no interrupt can want a lock the CPU holds.
+pub type Cpu = crate::cpu::OneCpu;
+/// The kernel's `CpuLocal` value (`Platform::Cpu`).
+pub const CPU: Cpu = crate::cpu::OneCpu;
+/// The raw lock of the family's locks and the frame bitmap.
+pub type Lock = arch_api::sync::DefaultRawMutex;
+
+/// The APs are not started yet (issue 16's x86_64 half): one CPU.
+pub fn start_secondaries() -> usize {
+    1
+}
+
+/// CPUs online: the BSP only.
+pub fn online() -> usize {
+    1
+}
+
+/// No interrupts are taken yet (the LAPIC timer is issue 16's x86_64 half).
+pub fn tick_counts(_cpu: usize) -> Option<(u64, u64, u64)> {
+    None
+}
+
+/// Runs `f(0)` on the only CPU.
+pub fn run_on_all(f: fn(usize)) {
+    f(0)
+}
+
 /// The JSON `arch` key.
 pub const NAME: &str = "x86_64";
 

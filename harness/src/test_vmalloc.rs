@@ -10,7 +10,7 @@
 //! emulated with small aligned vmallocs; its JSON entry says so in `note`.
 
 use crate::cli::Common;
-use arch_api::{HostedCpus, LockedDwCas, PhysArena, Platform, SoftTlb, SoftTlbCpu, VirtAddr};
+use arch_api::{HostedCpus, PhysArena, SoftTlb, VirtAddr};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -61,19 +61,7 @@ unsafe impl lock_api::RawMutex for YieldMutex {
 
 /// The hosted platform of `test-vmalloc` and the soak: vmap-lazy's
 /// `testing::Hosted` on x86_64 tables, with [`YieldMutex`] as the lock.
-pub struct YieldHosted<'a>(core::marker::PhantomData<&'a ()>);
-
-// SAFETY: a `PhysArena`'s frames are host memory nobody else uses until
-// freed, and its direct map reaches every one of them; `HostedCpus` keeps
-// `CpuLocal`'s contract.
-unsafe impl<'a> Platform for YieldHosted<'a> {
-    type Layout = L;
-    type Mem = PhysArena;
-    type Tlb = SoftTlbCpu<'a>;
-    type Cpu = HostedCpus;
-    type Lock = YieldMutex;
-    type DwCas = LockedDwCas;
-}
+pub type YieldHosted<'a> = vmap_lazy::testing::Hosted<'a, L, PhysArena, YieldMutex>;
 
 const PAGE: u64 = 4096;
 const VSTART: u64 = 0xffff_c900_0000_0000;

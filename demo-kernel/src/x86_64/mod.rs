@@ -25,14 +25,19 @@
 //! `paging.rs` (kernel map), `tlb.rs` (counted `X86Tlb`), `tlb_check.rs`
 //! (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
 
+mod acpi;
+mod apic;
 mod boot;
 mod exit;
 mod gdt;
 mod idt;
+mod irq;
 mod paging;
+mod percpu;
 mod port;
 mod pvh;
 mod serial;
+mod smp;
 mod tlb;
 mod tlb_check;
 
@@ -43,32 +48,17 @@ use core::sync::atomic::Ordering;
 pub use exit::exit;
 pub use tlb::{Tlb, tlb};
 
-/// One CPU with IF clear throughout (the APs stay parked): `OneCpu`, and
-/// `spin`'s lock, since no interrupt can want a lock the CPU holds.
-pub type Cpu = crate::cpu::OneCpu;
+pub use irq::IrqSpinLock as Lock;
+pub use percpu::PerCpu as Cpu;
+
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).
-pub const CPU: Cpu = crate::cpu::OneCpu;
-/// The raw lock of the family's locks and the frame bitmap.
-pub type Lock = arch_api::sync::DefaultRawMutex;
+pub const CPU: Cpu = percpu::PerCpu;
 
-/// The APs are not started yet (issue 16's x86_64 half): one CPU.
-pub fn start_secondaries() -> usize {
-    1
-}
+pub use smp::{online, run_on_all, start_secondaries};
 
-/// CPUs online: the BSP only.
-pub fn online() -> usize {
-    1
-}
-
-/// No interrupts are taken yet (the LAPIC timer is issue 16's x86_64 half).
+/// No interrupts are taken yet (the LAPIC timer is issue 16's next step).
 pub fn tick_counts(_cpu: usize) -> Option<(u64, u64, u64)> {
     None
-}
-
-/// Runs `f(0)` on the only CPU.
-pub fn run_on_all(f: fn(usize)) {
-    f(0)
 }
 
 /// The JSON `arch` key.
@@ -135,14 +125,26 @@ impl Write for Serial {
 /// Rust's entry, from `boot.rs`, in 64-bit mode on the boot tables with
 /// `start_info` = the `hvm_start_info` physical address.
 extern "C" fn x86_64_start(start_info: u32) -> ! {
+    unsafe extern "C" {
+        /// One past the boot CPU's fault stack (`link-x86_64.ld`).
+        static __fault_stack_top: u8;
+    }
+    // GS first: everything after may read this CPU's area.
+    percpu::init_this_cpu(&percpu::AREAS[0]);
     serial::init();
     gdt::init();
+    gdt::load(0, (&raw const __fault_stack_top) as u64);
     idt::init();
     // SAFETY: the boot tables identity-map the first GiB, which holds the
     // start info qemu just wrote; nothing has touched it.
     let ram = unsafe { pvh::ram_map(u64::from(start_info)) };
+    // SAFETY: the start info and the ACPI tables below it are still
+    // identity-mapped by the boot tables.
+    unsafe { smp::record_cpus(u64::from(start_info)) };
     // SAFETY: boot, once, on the boot tables, image at its link address.
     unsafe { paging::init(&ram) };
+    apic::init();
+    smp::install_trampoline();
     tlb::init();
     let check = tlb_check::run();
     let (free_start, free_end) = free_ram();

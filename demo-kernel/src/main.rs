@@ -65,6 +65,9 @@
 //! * `pub fn start_secondaries() -> usize`, `pub fn online() -> usize`,
 //!   `pub fn run_on_all(f: fn(usize))`: bring the other CPUs up (PSCI /
 //!   INIT-SIPI-SIPI) and run `f(cpu)` on all of them at once.
+//! * `pub fn ipi_counts(cpu: usize) -> Option<(u64, u64)>`: (TLB shootdown
+//!   requests sent, served) of a CPU; `None` where flushes broadcast in
+//!   hardware (aarch64).
 //! * `pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)>`: (timer
 //!   ticks, allocations done in the tick handler, tick objects found
 //!   overwritten) of a CPU; `None` where the port takes no interrupts

@@ -35,24 +35,51 @@ pub fn init() {
     // which maps nothing else; the APIC page is MMIO, not RAM.
     unsafe { pte.write(Pml4Entry::new_leaf(PhysAddr::new(BASE), flags, 3).raw()) };
     MAPPED.store(true, Ordering::Release);
+    mask_8259();
     enable_this_cpu();
 }
 
-fn read(reg: u32) -> u32 {
+/// Masks every line of the legacy 8259A pair (OCW1, all bits set, to the
+/// data ports 0x21 and 0xA1). The firmware leaves them programmed to
+/// vectors 8..15 with the PIT on line 0: once IF is set, its interrupts
+/// would arrive on the #DF vector. Interrupts here come from the local
+/// APICs only.
+fn mask_8259() {
+    // SAFETY: writes to the two PICs' mask registers; they affect nothing
+    // but which legacy IRQ lines the PICs forward, and no driver uses them.
+    unsafe {
+        super::port::outb(0x21, 0xFF);
+        super::port::outb(0xA1, 0xFF);
+    }
+}
+
+pub fn read(reg: u32) -> u32 {
     debug_assert!(MAPPED.load(Ordering::Relaxed));
     // SAFETY: the APIC page is mapped uncached (`init`), a 32-bit aligned
     // read of one of its registers.
     unsafe { core::ptr::read_volatile((BASE + u64::from(reg)) as *const u32) }
 }
 
-fn write(reg: u32, v: u32) {
+pub fn write(reg: u32, v: u32) {
     // SAFETY: as `read`; the callers write documented register values.
     unsafe { core::ptr::write_volatile((BASE + u64::from(reg)) as *mut u32, v) }
 }
 
+/// End-of-interrupt register: a write of 0 retires the interrupt being
+/// serviced (SDM Vol. 3A §11.8.5).
+const EOI: u32 = 0xB0;
+
+/// Signals the end of the interrupt being handled.
+pub fn eoi() {
+    write(EOI, 0);
+}
+
+/// The spurious-interrupt vector (SVR bits 7:0).
+pub const SPURIOUS_VECTOR: u32 = 0xFF;
+
 /// Software-enables this CPU's APIC (SVR bit 8, spurious vector 0xFF).
 pub fn enable_this_cpu() {
-    write(SVR, 0x1FF);
+    write(SVR, (1 << 8) | SPURIOUS_VECTOR);
 }
 
 /// This CPU's APIC ID.

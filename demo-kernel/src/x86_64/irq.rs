@@ -34,6 +34,14 @@ pub fn restore(flags: u64) {
     }
 }
 
+/// Sets IF on this CPU.
+pub fn enable() {
+    // SAFETY: the IDT has gates for every vector the APIC sends
+    // (`idt.rs`), and the caller holds no lock: every lock a handler may
+    // take is an `IrqSpinLock`, held with IF clear.
+    unsafe { asm!("sti", options(nostack)) };
+}
+
 /// IF clear until drop (`local_irq_save` / `local_irq_restore`).
 pub struct IrqGuard(u64);
 

@@ -32,12 +32,15 @@ mod exit;
 mod gdt;
 mod idt;
 mod irq;
+mod irq_entry;
 mod paging;
 mod percpu;
 mod port;
 mod pvh;
 mod serial;
+mod shootdown;
 mod smp;
+mod tick;
 mod tlb;
 mod tlb_check;
 
@@ -56,9 +59,16 @@ pub const CPU: Cpu = percpu::PerCpu;
 
 pub use smp::{online, run_on_all, start_secondaries};
 
-/// No interrupts are taken yet (the LAPIC timer is issue 16's next step).
-pub fn tick_counts(_cpu: usize) -> Option<(u64, u64, u64)> {
-    None
+/// (timer ticks, allocations in the tick handler, tick objects found
+/// overwritten) of CPU `cpu`.
+pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
+    Some(tick::counts(cpu))
+}
+
+/// (TLB shootdown requests sent, served) of CPU `cpu`; `None` where the
+/// port broadcasts its flushes in hardware.
+pub fn ipi_counts(cpu: usize) -> Option<(u64, u64)> {
+    Some(shootdown::counts(cpu))
 }
 
 /// The JSON `arch` key.

@@ -41,6 +41,9 @@ pub struct Area {
     pub irq_allocs: AtomicU64,
     /// Objects of its tick found overwritten at the next tick.
     pub irq_bad: AtomicU64,
+    /// Shootdown requests this CPU sent (one per target CPU) and served.
+    pub ipis_sent: AtomicU64,
+    pub ipis_received: AtomicU64,
     /// `IrqSpinLock`s this CPU holds, and the RFLAGS the first one saved.
     pub locks_held: AtomicU64,
     pub locks_rflags: AtomicU64,
@@ -63,6 +66,8 @@ impl Area {
             ticks: AtomicU64::new(0),
             irq_allocs: AtomicU64::new(0),
             irq_bad: AtomicU64::new(0),
+            ipis_sent: AtomicU64::new(0),
+            ipis_received: AtomicU64::new(0),
             locks_held: AtomicU64::new(0),
             locks_rflags: AtomicU64::new(0),
         }

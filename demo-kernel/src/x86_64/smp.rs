@@ -186,6 +186,8 @@ fn delay_us(us: u64) {
 
 /// Starts every CPU the MADT lists; returns how many are online.
 pub fn start_secondaries() -> usize {
+    // The tick first: the boot CPU ticks even if it stays alone.
+    super::tick::start_this_cpu();
     let me = apic::id();
     AREAS[0].apic_id.store(u64::from(me), Ordering::Relaxed);
     AREAS[0].online.store(true, Ordering::Release);
@@ -237,12 +239,18 @@ extern "C" fn ap_main(area: &'static Area) -> ! {
     gdt::load(area.id, area.fault_stack_top.load(Ordering::Relaxed));
     idt::load();
     apic::enable_this_cpu();
+    super::tick::start_this_cpu();
     area.online.store(true, Ordering::Release);
     let mut seen = 0;
     loop {
         let g = WORK_GEN.load(Ordering::Acquire);
         if g == seen {
-            core::hint::spin_loop();
+            // Sleep until the next interrupt (the 1 kHz tick at the
+            // latest): spinning vCPUs would starve the ones doing work on
+            // a small host.
+            // SAFETY: IF is set (the tick started), so `hlt` returns at the
+            // next interrupt; it touches no memory.
+            unsafe { core::arch::asm!("hlt", options(nomem, nostack)) };
             continue;
         }
         seen = g;

@@ -88,6 +88,10 @@ unsafe impl lock_api::RawMutex for IrqSpinLock {
             .is_err()
         {
             while self.locked.load(Ordering::Relaxed) {
+                // The holder may be waiting, IF clear, for this CPU to
+                // acknowledge a TLB shootdown, which this CPU (IF clear
+                // too) cannot take as an interrupt: serve it here.
+                super::shootdown::poll();
                 core::hint::spin_loop();
             }
         }

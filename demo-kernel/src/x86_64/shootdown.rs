@@ -14,7 +14,9 @@
 //! in its own word, then clears the bit. Two CPUs shooting down at each
 //! other at once, both with IF clear (a sender may hold an `IrqSpinLock`),
 //! cannot take each other's IPI, so a waiting sender also serves its own
-//! mailbox: neither waits on something the other cannot do.
+//! mailbox: neither waits on something the other cannot do. For the same
+//! reason a CPU spinning on an `IrqSpinLock` (IF clear) polls its mailbox:
+//! the holder may be a sender waiting for it.
 
 use super::percpu::{self, AREAS, MAX_CPUS};
 use super::{apic, irq};
@@ -98,6 +100,15 @@ fn serve(me: usize) {
         percpu::this_cpu()
             .ipis_received
             .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves this CPU's pending requests from a wait loop that runs with IF
+/// clear (`IrqSpinLock::lock`'s spin).
+pub fn poll() {
+    let me = percpu::this_cpu().id;
+    if PENDING[me].load(Ordering::Relaxed) != 0 {
+        serve(me);
     }
 }
 

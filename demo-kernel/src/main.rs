@@ -70,14 +70,14 @@
 //!   hardware (aarch64).
 //! * `pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)>`: (timer
 //!   ticks, allocations done in the tick handler, tick objects found
-//!   overwritten) of a CPU; `None` where the port takes no interrupts
-//!   (x86_64 for now). On aarch64 every CPU ticks at 1 kHz from
-//!   `start_secondaries` on (GICv2, virtual timer PPI 27); each tick frees
+//!   overwritten) of a CPU; `None` where the port takes no interrupts.
+//!   Every CPU ticks at 1 kHz from `start_secondaries` on (aarch64: GICv2,
+//!   virtual timer PPI 27; x86_64: the local APIC timer); each tick frees
 //!   its previous tick's 16 objects of 16, 64 and 256 bytes, checked, and
 //!   kmallocs new ones.
 //!
-//! The x86_64 kernel runs on one CPU with interrupts masked throughout; the
-//! aarch64 one on every CPU qemu's `-smp` gives.
+//! Both kernels run on every CPU qemu's `-smp` gives (aarch64: the DTB's
+//! `/cpus`; x86_64: the ACPI MADT).
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 #[cfg(target_os = "none")]

@@ -2,10 +2,13 @@
 //! through `arch_x86_64::X86_64Pml4`, COM1 console, `isa-debug-exit`.
 //!
 //! Boot order (`boot.rs` → [`x86_64_start`]): 32-bit PVH entry, boot tables,
-//! long mode, then in Rust the console, GDT/TSS (a fault stack), IDT, the
-//! memory map from the PVH start info, the kernel's own page tables
-//! (`paging.rs`), the TLB probe and its self-test (`tlb_check.rs`: a real
-//! failure exits 1 before any workload), and [`crate::kernel::kernel_main`].
+//! long mode, then in Rust the GS base (`percpu.rs`), the console, GDT/TSS
+//! (a fault stack per CPU), IDT, the memory map and the ACPI MADT's CPUs
+//! from the PVH start info, the kernel's own page tables (`paging.rs`), the
+//! local APIC page and the AP trampoline, the TLB probe and its self-test
+//! (`tlb_check.rs`: a real failure exits 1 before any workload), and
+//! [`crate::kernel::kernel_main`], which starts the APs and the ticks
+//! (`smp::start_secondaries`).
 //!
 //! Run it with
 //! `qemu-system-x86_64 -kernel FILE -device isa-debug-exit,iobase=0xf4,iosize=0x04
@@ -20,10 +23,14 @@
 //! Nothing else is needed: the target is soft-float (`-sse,+soft-float`),
 //! code model `kernel`, which a 2 MiB link address satisfies.
 //!
-//! Files: `boot.rs` (PVH note, 32 → 64-bit), `gdt.rs` (GDT, TSS, fault
-//! stack), `idt.rs` (exception stubs, fault report), `pvh.rs` (start info),
-//! `paging.rs` (kernel map), `tlb.rs` (counted `X86Tlb`), `tlb_check.rs`
-//! (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
+//! Files: `boot.rs` (PVH note, 32 → 64-bit), `gdt.rs` (GDT, per-CPU TSS
+//! and fault stack), `idt.rs` (exception stubs, fault report, device
+//! gates), `pvh.rs` (start info), `acpi.rs` (MADT), `paging.rs` (kernel
+//! map), `percpu.rs` (GS base, `PerCpu`), `irq.rs` (IF guard,
+//! `IrqSpinLock`), `apic.rs` (xAPIC), `smp.rs` (INIT–SIPI–SIPI, trampoline,
+//! `run_on_all`), `irq_entry.rs` (interrupt stubs), `tick.rs` (APIC timer),
+//! `shootdown.rs` (the TLB shootdown IPI), `tlb.rs` (counted `X86Tlb`),
+//! `tlb_check.rs` (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
 
 mod acpi;
 mod apic;

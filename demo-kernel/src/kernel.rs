@@ -13,6 +13,7 @@ mod fault_test;
 mod munmap;
 mod slab_test;
 mod smp_loop;
+pub mod tick_batch;
 mod vmalloc_loop;
 
 use crate::arch;
@@ -113,6 +114,45 @@ fn report_ticks(cpus: usize) {
     );
 }
 
+/// Prints the TLB shootdown requests each CPU sent (one per target) and
+/// served; every request sent must have been served, and with several CPUs
+/// the workloads' purges must have sent some.
+fn report_ipis(cpus: usize) {
+    if arch::ipi_counts(0).is_none() {
+        return;
+    }
+    let c: [(u64, u64); 8] = core::array::from_fn(|i| {
+        if i < cpus {
+            arch::ipi_counts(i).unwrap_or((0, 0))
+        } else {
+            (0, 0)
+        }
+    });
+    let c = &c[..cpus];
+    kprint!(
+        "{{\"workload\":\"shootdown-ipi\",\"arch\":\"{}\",\"cpus\":{cpus},\"sent\":[",
+        arch::NAME
+    );
+    for (i, (s, _)) in c.iter().enumerate() {
+        kprint!("{}{s}", if i == 0 { "" } else { "," });
+    }
+    kprint!("],\"received\":[");
+    for (i, (_, r)) in c.iter().enumerate() {
+        kprint!("{}{r}", if i == 0 { "" } else { "," });
+    }
+    kprint!("]}}\n");
+    let sent: u64 = c.iter().map(|x| x.0).sum();
+    let got: u64 = c.iter().map(|x| x.1).sum();
+    check(
+        sent == got,
+        format_args!("shootdown: {sent} requests sent, {got} served"),
+    );
+    check(
+        cpus == 1 || sent > 0,
+        format_args!("shootdown: {cpus} CPUs online but no IPI was sent"),
+    );
+}
+
 /// Entered by the arch boot code with the MMU on, interrupts masked.
 pub fn kernel_main() -> ! {
     let (start, end) = arch::free_ram();
@@ -161,6 +201,7 @@ pub fn kernel_main() -> ! {
     }
 
     report_ticks(cpus);
+    report_ipis(cpus);
 
     let (pages, full) = arch::tlb_counts();
     kprint!(

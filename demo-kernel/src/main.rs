@@ -14,7 +14,7 @@
 //! host builds, tests and lints keep working.
 //!
 //! What an OS implements to embed the crates, walked through on this kernel's
-//! glue (`frames.rs`, `cpu.rs`, `tlb.rs`, `platform.rs`, `kernel_root`), with
+//! glue (`frames.rs`, `tlb.rs`, `platform.rs`, `kernel_root`), with
 //! its line count:
 //! `EMBEDDING.md` at the workspace root. Below is only the contract between
 //! this kernel's shared part and its two arch modules.
@@ -60,21 +60,24 @@
 //! * `pub fn cycles() -> u64`: a free-running counter (`cntvct_el0` / `rdtsc`).
 //!
 //! * `pub type Cpu`, `pub const CPU: Cpu`: the `CpuLocal` (aarch64:
-//!   `PerCpu` over `TPIDR_EL1`; x86_64: `OneCpu`); `pub type Lock`: the
-//!   raw lock (aarch64: IRQ-safe).
+//!   `PerCpu` over `TPIDR_EL1`; x86_64: `PerCpu` over the GS base);
+//!   `pub type Lock`: the raw lock (IRQ-safe, counted per CPU).
 //! * `pub fn start_secondaries() -> usize`, `pub fn online() -> usize`,
-//!   `pub fn run_on_all(f: fn(usize))`: bring the other CPUs up (x86_64:
-//!   not yet, one CPU) and run `f(cpu)` on all of them at once.
+//!   `pub fn run_on_all(f: fn(usize))`: bring the other CPUs up (PSCI /
+//!   INIT-SIPI-SIPI) and run `f(cpu)` on all of them at once.
+//! * `pub fn ipi_counts(cpu: usize) -> Option<(u64, u64)>`: (TLB shootdown
+//!   requests sent, served) of a CPU; `None` where flushes broadcast in
+//!   hardware (aarch64).
 //! * `pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)>`: (timer
 //!   ticks, allocations done in the tick handler, tick objects found
-//!   overwritten) of a CPU; `None` where the port takes no interrupts
-//!   (x86_64 for now). On aarch64 every CPU ticks at 1 kHz from
-//!   `start_secondaries` on (GICv2, virtual timer PPI 27); each tick frees
+//!   overwritten) of a CPU; `None` where the port takes no interrupts.
+//!   Every CPU ticks at 1 kHz from `start_secondaries` on (aarch64: GICv2,
+//!   virtual timer PPI 27; x86_64: the local APIC timer); each tick frees
 //!   its previous tick's 16 objects of 16, 64 and 256 bytes, checked, and
 //!   kmallocs new ones.
 //!
-//! The x86_64 kernel runs on one CPU with interrupts masked throughout; the
-//! aarch64 one on every CPU qemu's `-smp` gives.
+//! Both kernels run on every CPU qemu's `-smp` gives (aarch64: the DTB's
+//! `/cpus`; x86_64: the ACPI MADT).
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 #[cfg(target_os = "none")]
@@ -87,8 +90,6 @@ mod arch;
 #[path = "x86_64/mod.rs"]
 mod arch;
 
-#[cfg(all(target_os = "none", target_arch = "x86_64"))]
-mod cpu;
 #[cfg(target_os = "none")]
 mod frames;
 #[cfg(target_os = "none")]

@@ -26,7 +26,7 @@ commands:
            and seconds
   qemu ARCH [--smp N] [--fault-test] [--timeout SECS]
            build demo-kernel for ARCH (aarch64, x86_64) and boot it under qemu-system-ARCH
-           with N CPUs (1..8, default 1; the x86_64 kernel leaves the APs parked);
+           with N CPUs (1..8, default 1);
            fail unless it printed \"all checks passed\" and exited with success (with
            --fault-test: unless it reported a fault and exited with status 3)
   help     print this text

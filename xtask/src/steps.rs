@@ -500,16 +500,15 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     }
 
     // The demo kernels: a normal boot and the deliberate-fault boot per port,
-    // and the aarch64 kernel on 4 CPUs (issue 16; about 1 s under TCG on 2
-    // host cores). x86_64 gets its `--smp 4` rows once it starts its APs.
+    // each on one CPU and on 4 (issue 16; about 1 s each under TCG on 2 host
+    // cores).
     const ONE_CPU: &[(&str, &[&str])] = &[("default", &[]), ("fault-test", &["--fault-test"])];
     const SMP4: &[(&str, &[&str])] = &[
         ("smp4", &["--smp", "4"]),
         ("smp4-fault-test", &["--smp", "4", "--fault-test"]),
     ];
     for port in crate::qemu::PORTS {
-        let smp: &[(&str, &[&str])] = if port.name == "aarch64" { SMP4 } else { &[] };
-        for &(config, extra) in ONE_CPU.iter().chain(smp) {
+        for &(config, extra) in ONE_CPU.iter().chain(SMP4) {
             let cmd = Cmd::new("cargo")
                 .args(["xtask", "qemu", port.name])
                 .args(extra.iter().copied());
@@ -675,6 +674,8 @@ mod tests {
                 "aarch64-unknown-none/smp4-fault-test: cargo xtask qemu aarch64 --smp 4 --fault-test",
                 "x86_64-unknown-none/default: cargo xtask qemu x86_64",
                 "x86_64-unknown-none/fault-test: cargo xtask qemu x86_64 --fault-test",
+                "x86_64-unknown-none/smp4: cargo xtask qemu x86_64 --smp 4",
+                "x86_64-unknown-none/smp4-fault-test: cargo xtask qemu x86_64 --smp 4 --fault-test",
             ]
         );
     }

@@ -33,6 +33,11 @@ pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
 }
 pub use tlb::{Tlb, tlb, tlb_counts};
 
+/// No shootdown IPIs: `tlbi vae1is` broadcasts in hardware.
+pub fn ipi_counts(_cpu: usize) -> Option<(u64, u64)> {
+    None
+}
+
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).
 pub const CPU: Cpu = percpu::PerCpu;
 

@@ -54,6 +54,7 @@ boot_gdt_ptr:
     r#"
     .section .bss.boot_tables, "aw", @nobits
     .balign 4096
+    .global boot_pml4
 boot_pml4:
     .skip 4096
 boot_pdpt:

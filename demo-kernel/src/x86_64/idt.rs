@@ -102,16 +102,19 @@ unsafe extern "C" {
     static x86_64_fault_stubs: [u64; VECTORS];
 }
 
-/// The IDT, written once by [`init`].
-struct Idt(UnsafeCell<[[u64; 2]; VECTORS]>);
+/// Gates: the 32 exceptions, and the device vectors up to 0xFF (spurious).
+const GATES: usize = 256;
 
-// SAFETY: written only by `init` on the one CPU before it is loaded;
-// afterwards only the CPU reads it.
+/// The IDT, written once by [`init`].
+struct Idt(UnsafeCell<[[u64; 2]; GATES]>);
+
+// SAFETY: written only by `init` on the boot CPU before any CPU loads it
+// (and before any AP runs); afterwards only read, by the CPUs.
 unsafe impl Sync for Idt {}
 
-static IDT: Idt = Idt(UnsafeCell::new([[0; 2]; VECTORS]));
+static IDT: Idt = Idt(UnsafeCell::new([[0; 2]; GATES]));
 
-/// Fills and loads the IDT (SDM Vol. 3A §6.14.1, Figure 6-8: 64-bit
+/// Fills the IDT (boot CPU, once, before any CPU loads it) and loads it (SDM Vol. 3A §6.14.1, Figure 6-8: 64-bit
 /// interrupt gate, type 0xE, present, DPL 0).
 pub fn init() {
     let idt = IDT.0.get();
@@ -121,25 +124,45 @@ pub fn init() {
     // writes it.
     let gates = unsafe { &mut *idt };
     for (gate, &handler) in gates.iter_mut().zip(stubs) {
-        let low = (handler & 0xffff)
-            | (u64::from(KERNEL_CS) << 16)
-            | (u64::from(FAULT_IST) << 32)
-            | (0x8e << 40)
-            | (((handler >> 16) & 0xffff) << 48);
-        *gate = [low, handler >> 32];
+        *gate = interrupt_gate(handler, FAULT_IST);
     }
+    // Device interrupts on the interrupted stack (IST 0): they nest in
+    // ordinary code, never in a fault.
+    use super::irq_entry::{demo_irq_shootdown, demo_irq_spurious, demo_irq_timer};
+    gates[super::tick::TIMER_VECTOR as usize] =
+        interrupt_gate(demo_irq_timer as *const () as u64, 0);
+    gates[super::shootdown::SHOOTDOWN_VECTOR as usize] =
+        interrupt_gate(demo_irq_shootdown as *const () as u64, 0);
+    gates[super::apic::SPURIOUS_VECTOR as usize] =
+        interrupt_gate(demo_irq_spurious as *const () as u64, 0);
+    load();
+}
+
+/// Loads the IDT [`init`] filled on this CPU (an AP).
+pub fn load() {
     #[repr(C, packed)]
     struct Pointer {
         limit: u16,
         base: u64,
     }
     let ptr = Pointer {
-        limit: (core::mem::size_of::<[[u64; 2]; VECTORS]>() - 1) as u16,
-        base: idt as u64,
+        limit: (core::mem::size_of::<[[u64; 2]; GATES]>() - 1) as u16,
+        base: IDT.0.get() as u64,
     };
     // SAFETY: `ptr` describes a static, fully initialised IDT whose gates
     // point at the stubs above, in the kernel code segment.
     unsafe { asm!("lidt [{}]", in(reg) &ptr, options(readonly, nostack, preserves_flags)) };
+}
+
+/// A 64-bit interrupt gate (IF cleared on entry) to `handler` in the kernel
+/// code segment, on IST `ist` (0: no stack switch).
+fn interrupt_gate(handler: u64, ist: u8) -> [u64; 2] {
+    let low = (handler & 0xffff)
+        | (u64::from(KERNEL_CS) << 16)
+        | (u64::from(ist) << 32)
+        | (0x8e << 40)
+        | (((handler >> 16) & 0xffff) << 48);
+    [low, handler >> 32]
 }
 
 /// The SDM's mnemonic for an exception vector.
@@ -171,6 +194,22 @@ fn mnemonic(vector: u64) -> &'static str {
     NAMES.get(vector as usize).copied().unwrap_or("reserved")
 }
 
+/// This CPU's id for a fault report, read without trusting GS: a fault
+/// before `percpu::init_this_cpu` would fault again on `gs:[0]`.
+fn cpu_for_report() -> usize {
+    let (lo, hi): (u32, u32);
+    // SAFETY: CPL 0 in long mode; reading IA32_GS_BASE has no side effects.
+    unsafe {
+        asm!("rdmsr", in("ecx") super::percpu::IA32_GS_BASE, out("eax") lo, out("edx") hi,
+            options(nomem, nostack, preserves_flags));
+    }
+    let base = (u64::from(hi) << 32) | u64::from(lo);
+    super::percpu::AREAS
+        .iter()
+        .position(|a| a as *const _ as u64 == base)
+        .unwrap_or(0)
+}
+
 /// Set by the first fault: a fault while reporting one exits at once.
 static IN_FAULT: AtomicBool = AtomicBool::new(false);
 
@@ -185,7 +224,8 @@ extern "C" fn report(frame: &FaultFrame) -> ! {
     unsafe { asm!("mov {}, cr2", out(reg) cr2, options(nomem, nostack, preserves_flags)) };
     let _ = writeln!(
         super::Serial,
-        "fault: vector {} ({}) at RIP {:#x}, CR2 {:#x}, error code {:#x}, RSP {:#x}",
+        "fault: CPU {}: vector {} ({}) at RIP {:#x}, CR2 {:#x}, error code {:#x}, RSP {:#x}",
+        cpu_for_report(),
         frame.vector,
         mnemonic(frame.vector),
         frame.rip,

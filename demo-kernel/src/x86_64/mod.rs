@@ -2,10 +2,13 @@
 //! through `arch_x86_64::X86_64Pml4`, COM1 console, `isa-debug-exit`.
 //!
 //! Boot order (`boot.rs` → [`x86_64_start`]): 32-bit PVH entry, boot tables,
-//! long mode, then in Rust the console, GDT/TSS (a fault stack), IDT, the
-//! memory map from the PVH start info, the kernel's own page tables
-//! (`paging.rs`), the TLB probe and its self-test (`tlb_check.rs`: a real
-//! failure exits 1 before any workload), and [`crate::kernel::kernel_main`].
+//! long mode, then in Rust the GS base (`percpu.rs`), the console, GDT/TSS
+//! (a fault stack per CPU), IDT, the memory map and the ACPI MADT's CPUs
+//! from the PVH start info, the kernel's own page tables (`paging.rs`), the
+//! local APIC page and the AP trampoline, the TLB probe and its self-test
+//! (`tlb_check.rs`: a real failure exits 1 before any workload), and
+//! [`crate::kernel::kernel_main`], which starts the APs and the ticks
+//! (`smp::start_secondaries`).
 //!
 //! Run it with
 //! `qemu-system-x86_64 -kernel FILE -device isa-debug-exit,iobase=0xf4,iosize=0x04
@@ -20,19 +23,31 @@
 //! Nothing else is needed: the target is soft-float (`-sse,+soft-float`),
 //! code model `kernel`, which a 2 MiB link address satisfies.
 //!
-//! Files: `boot.rs` (PVH note, 32 → 64-bit), `gdt.rs` (GDT, TSS, fault
-//! stack), `idt.rs` (exception stubs, fault report), `pvh.rs` (start info),
-//! `paging.rs` (kernel map), `tlb.rs` (counted `X86Tlb`), `tlb_check.rs`
-//! (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
+//! Files: `boot.rs` (PVH note, 32 → 64-bit), `gdt.rs` (GDT, per-CPU TSS
+//! and fault stack), `idt.rs` (exception stubs, fault report, device
+//! gates), `pvh.rs` (start info), `acpi.rs` (MADT), `paging.rs` (kernel
+//! map), `percpu.rs` (GS base, `PerCpu`), `irq.rs` (IF guard,
+//! `IrqSpinLock`), `apic.rs` (xAPIC), `smp.rs` (INIT–SIPI–SIPI, trampoline,
+//! `run_on_all`), `irq_entry.rs` (interrupt stubs), `tick.rs` (APIC timer),
+//! `shootdown.rs` (the TLB shootdown IPI), `tlb.rs` (counted `X86Tlb`),
+//! `tlb_check.rs` (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
 
+mod acpi;
+mod apic;
 mod boot;
 mod exit;
 mod gdt;
 mod idt;
+mod irq;
+mod irq_entry;
 mod paging;
+mod percpu;
 mod port;
 mod pvh;
 mod serial;
+mod shootdown;
+mod smp;
+mod tick;
 mod tlb;
 mod tlb_check;
 
@@ -43,32 +58,24 @@ use core::sync::atomic::Ordering;
 pub use exit::exit;
 pub use tlb::{Tlb, tlb};
 
-/// One CPU with IF clear throughout (the APs stay parked): `OneCpu`, and
-/// `spin`'s lock, since no interrupt can want a lock the CPU holds.
-pub type Cpu = crate::cpu::OneCpu;
+pub use irq::IrqSpinLock as Lock;
+pub use percpu::PerCpu as Cpu;
+
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).
-pub const CPU: Cpu = crate::cpu::OneCpu;
-/// The raw lock of the family's locks and the frame bitmap.
-pub type Lock = arch_api::sync::DefaultRawMutex;
+pub const CPU: Cpu = percpu::PerCpu;
 
-/// The APs are not started yet (issue 16's x86_64 half): one CPU.
-pub fn start_secondaries() -> usize {
-    1
+pub use smp::{online, run_on_all, start_secondaries};
+
+/// (timer ticks, allocations in the tick handler, tick objects found
+/// overwritten) of CPU `cpu`.
+pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
+    Some(tick::counts(cpu))
 }
 
-/// CPUs online: the BSP only.
-pub fn online() -> usize {
-    1
-}
-
-/// No interrupts are taken yet (the LAPIC timer is issue 16's x86_64 half).
-pub fn tick_counts(_cpu: usize) -> Option<(u64, u64, u64)> {
-    None
-}
-
-/// Runs `f(0)` on the only CPU.
-pub fn run_on_all(f: fn(usize)) {
-    f(0)
+/// (TLB shootdown requests sent, served) of CPU `cpu`; `None` where the
+/// port broadcasts its flushes in hardware.
+pub fn ipi_counts(cpu: usize) -> Option<(u64, u64)> {
+    Some(shootdown::counts(cpu))
 }
 
 /// The JSON `arch` key.
@@ -135,14 +142,26 @@ impl Write for Serial {
 /// Rust's entry, from `boot.rs`, in 64-bit mode on the boot tables with
 /// `start_info` = the `hvm_start_info` physical address.
 extern "C" fn x86_64_start(start_info: u32) -> ! {
+    unsafe extern "C" {
+        /// One past the boot CPU's fault stack (`link-x86_64.ld`).
+        static __fault_stack_top: u8;
+    }
+    // GS first: everything after may read this CPU's area.
+    percpu::init_this_cpu(&percpu::AREAS[0]);
     serial::init();
     gdt::init();
+    gdt::load(0, (&raw const __fault_stack_top) as u64);
     idt::init();
     // SAFETY: the boot tables identity-map the first GiB, which holds the
     // start info qemu just wrote; nothing has touched it.
     let ram = unsafe { pvh::ram_map(u64::from(start_info)) };
+    // SAFETY: the start info and the ACPI tables below it are still
+    // identity-mapped by the boot tables.
+    unsafe { smp::record_cpus(u64::from(start_info)) };
     // SAFETY: boot, once, on the boot tables, image at its link address.
     unsafe { paging::init(&ram) };
+    apic::init();
+    smp::install_trampoline();
     tlb::init();
     let check = tlb_check::run();
     let (free_start, free_end) = free_ram();

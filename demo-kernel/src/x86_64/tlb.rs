@@ -2,7 +2,8 @@
 //! global-inclusive full flushes (INVPCID when the CPU has it, otherwise the
 //! CR4.PGE toggle, since the kernel map is global) — counting what it issues.
 //!
-//! One CPU, so no shootdown hook. The counters mirror `X86Tlb`'s own
+//! The shootdown hook (`shootdown.rs`) carries each flush to the other
+//! online CPUs; the counters count this CPU's instructions only. They mirror `X86Tlb`'s own
 //! decisions: a page flush is one `invlpg`; a range is `invlpg` per page up
 //! to the 33-page ceiling, one full flush beyond it.
 
@@ -27,9 +28,15 @@ static READY: AtomicBool = AtomicBool::new(false);
 
 /// Probes the CPU. Boot only, before [`tlb`].
 pub fn init() {
-    // SAFETY: we run at CPL 0 in long mode, own CR3/CR4 and have interrupts
-    // masked for good: `X86Tlb::new`'s contract. One CPU, before any reader.
-    unsafe { *PROBED.0.get() = Some(X86Tlb::new()) };
+    // The hook makes every flush reach the other online CPUs
+    // (`shootdown.rs`); with one CPU online it returns at once.
+    // SAFETY: every CPU runs the kernel at CPL 0 in long mode and owns its
+    // CR3/CR4 (`X86Tlb::new`'s contract). The only CR4 writers are
+    // `X86Tlb`'s full flush, whose read-modify-write runs with IF clear, and
+    // boot code before interrupts are on, so no handler's CR4 write is lost
+    // (the shootdown handler flushes through `X86Tlb` too). Boot CPU, before
+    // any reader.
+    unsafe { *PROBED.0.get() = Some(X86Tlb::new().with_shootdown(super::shootdown::shoot)) };
     READY.store(true, Ordering::Release);
 }
 

@@ -13,6 +13,7 @@ mod fault_test;
 mod munmap;
 mod slab_test;
 mod smp_loop;
+mod stale_check;
 pub mod tick_batch;
 mod vmalloc_loop;
 

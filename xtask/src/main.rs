@@ -24,11 +24,13 @@ commands:
            then print the matrix table; exit 1 if any row failed
   matrix   the same run; prints every (target x config x step) row with pass/fail/skipped
            and seconds
-  qemu ARCH [--smp N] [--fault-test] [--timeout SECS]
+  qemu ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]
            build demo-kernel for ARCH (aarch64, x86_64) and boot it under qemu-system-ARCH
            with N CPUs (1..8, default 1);
            fail unless it printed \"all checks passed\" and exited with success (with
-           --fault-test: unless it reported a fault and exited with status 3)
+           --fault-test: unless it reported a fault and exited with status 3; with
+           --fault-test=no-shootdown, a build whose TLB flushes stay on the executing CPU:
+           unless it reported a \"stale read:\" and exited with status 1)
   help     print this text
 
 flags:

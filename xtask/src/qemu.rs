@@ -1,8 +1,10 @@
-//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test] [--timeout SECS]`: builds
-//! `demo-kernel` for the bare-metal target in release, boots it under
+//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]`:
+//! builds `demo-kernel` for the bare-metal target in release, boots it under
 //! `qemu-system-*` (`-smp N`, default 1) with a timeout, streams its console, and passes only if
 //! it printed `all checks passed` and exited with success — or, with
-//! `--fault-test`, if it reported a `fault:` and exited with the fault status.
+//! `--fault-test`, if it reported a `fault:` and exited with the fault status — or, with
+//! `--fault-test=no-shootdown` (the build whose TLB flushes stay on the executing CPU), if it
+//! reported a `stale read:` and exited with the failure status.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -24,6 +26,8 @@ pub const INSTALL_COMMAND: &str = "apt-get install -y --allow-downgrades qemu-sy
 const PASS_LINE: &str = "all checks passed";
 /// How the exception vectors start their report.
 const FAULT_PREFIX: &str = "fault:";
+/// How smp-loop's cross-CPU stale check starts its report.
+const STALE_PREFIX: &str = "stale read:";
 
 /// One demo-kernel port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +44,8 @@ pub struct Port {
     pub success_status: i32,
     /// qemu's exit status when the kernel calls `exit(3)` (a fault).
     pub fault_status: i32,
+    /// qemu's exit status when the kernel calls `exit(1)` (a failed check).
+    pub failure_status: i32,
 }
 
 /// The two ports.
@@ -62,6 +68,7 @@ pub const PORTS: &[Port] = &[
         // Semihosting SYS_EXIT hands the status through unchanged.
         success_status: 0,
         fault_status: 3,
+        failure_status: 1,
     },
     Port {
         name: "x86_64",
@@ -81,6 +88,7 @@ pub const PORTS: &[Port] = &[
         // isa-debug-exit makes qemu exit with `(code << 1) | 1`.
         success_status: 1,
         fault_status: 7,
+        failure_status: 3,
     },
 ];
 
@@ -89,31 +97,63 @@ pub fn port(name: &str) -> Option<&'static Port> {
     PORTS.iter().find(|p| p.name == name)
 }
 
+/// Which kernel is built and what its boot must show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The normal kernel: every check passes.
+    Normal,
+    /// `--fault-test`: the wrong page-table entry must be reported as a fault.
+    Fault,
+    /// `--fault-test=no-shootdown`: flushes stay local; stale reads must be reported.
+    NoShootdown,
+}
+
+impl Mode {
+    /// The demo-kernel feature the mode builds with.
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Mode::Normal => None,
+            Mode::Fault => Some("fault-test"),
+            Mode::NoShootdown => Some("no-shootdown"),
+        }
+    }
+
+    /// The flag, as on the command line.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Mode::Normal => "",
+            Mode::Fault => " --fault-test",
+            Mode::NoShootdown => " --fault-test=no-shootdown",
+        }
+    }
+}
+
 /// The parsed `qemu` command line.
 #[derive(Debug, PartialEq, Eq)]
 pub struct QemuArgs {
     /// Which kernel.
     pub port: &'static Port,
-    /// Build with `--features fault-test` and expect the fault.
-    pub fault_test: bool,
+    /// The kernel built and the verdict applied.
+    pub mode: Mode,
     /// Limit for the boot.
     pub timeout: Duration,
     /// CPUs qemu emulates (`-smp`), 1..=[`MAX_SMP`].
     pub smp: u32,
 }
 
-/// Parses `ARCH [--smp N] [--fault-test] [--timeout SECS]`.
+/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]`.
 pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     let names: Vec<&str> = PORTS.iter().map(|p| p.name).collect();
     let expected = names.join(" or ");
     let mut port_arg = None;
-    let mut fault_test = false;
+    let mut mode = Mode::Normal;
     let mut timeout = Duration::from_secs(DEFAULT_TIMEOUT_S);
     let mut smp = 1;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--fault-test" => fault_test = true,
+            "--fault-test" => mode = Mode::Fault,
+            "--fault-test=no-shootdown" => mode = Mode::NoShootdown,
             "--timeout" => {
                 let v = it
                     .next()
@@ -137,7 +177,7 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
             }
             flag if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag `{flag}` for `qemu`; expected: --smp, --fault-test, --timeout"
+                    "unknown flag `{flag}` for `qemu`; expected: --smp, --fault-test[=no-shootdown], --timeout"
                 ));
             }
             name => {
@@ -155,7 +195,7 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     let port = port_arg.ok_or_else(|| format!("`qemu` needs an architecture: {expected}"))?;
     Ok(QemuArgs {
         port,
-        fault_test,
+        mode,
         timeout,
         smp,
     })
@@ -163,18 +203,29 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
 
 /// Whether a finished boot is a pass: `status` is qemu's exit status
 /// (`None`: killed, e.g. by the timeout), `output` the console.
-pub fn verdict(
-    port: &Port,
-    fault_test: bool,
-    status: Option<i32>,
-    output: &str,
-) -> Result<(), String> {
+pub fn verdict(port: &Port, mode: Mode, status: Option<i32>, output: &str) -> Result<(), String> {
     let passed = output.lines().any(|l| l.trim() == PASS_LINE);
     let faulted = output.lines().any(|l| l.starts_with(FAULT_PREFIX));
     let Some(status) = status else {
         return Err("qemu did not exit by itself (timeout or signal)".to_string());
     };
-    if fault_test {
+    if mode == Mode::NoShootdown {
+        if !output.lines().any(|l| l.starts_with(STALE_PREFIX)) {
+            return Err(
+                "--fault-test=no-shootdown: the kernel reported no `stale read:`".to_string(),
+            );
+        }
+        // A CPU with a stale translation may have written through it before
+        // the check stopped the workers: a fault afterwards is no surprise.
+        if status != port.failure_status && status != port.fault_status {
+            return Err(format!(
+                "--fault-test=no-shootdown: qemu exited {status}, expected {} (kernel exit 1)",
+                port.failure_status
+            ));
+        }
+        return Ok(());
+    }
+    if mode == Mode::Fault {
         if !faulted {
             return Err("--fault-test: the kernel reported no `fault:`".to_string());
         }
@@ -265,17 +316,15 @@ fn build(root: &Path, a: &QemuArgs) -> Result<PathBuf, String> {
         "--target",
         a.port.target,
     ]);
-    if a.fault_test {
-        cmd.args(["--features", "fault-test"]);
+    if let Some(f) = a.mode.feature() {
+        cmd.args(["--features", f]);
     }
     eprintln!(
         "==> cargo build -p demo-kernel --release --target {}{}",
         a.port.target,
-        if a.fault_test {
-            " --features fault-test"
-        } else {
-            ""
-        }
+        a.mode
+            .feature()
+            .map_or(String::new(), |f| format!(" --features {f}"))
     );
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
@@ -352,7 +401,7 @@ pub fn main(root: &Path, args: &[String]) -> ExitCode {
             "==> qemu exited with status {status_text} after {:.1} s",
             start.elapsed().as_secs_f64()
         );
-        verdict(a.port, a.fault_test, status, &output)
+        verdict(a.port, a.mode, status, &output)
     };
     let what = format!(
         "{}{}",
@@ -361,7 +410,7 @@ pub fn main(root: &Path, args: &[String]) -> ExitCode {
         } else {
             format!(" --smp {}", a.smp)
         },
-        if a.fault_test { " --fault-test" } else { "" }
+        a.mode.flag()
     );
     match run() {
         Ok(()) => {
@@ -387,12 +436,22 @@ mod tests {
     fn parses_ports_and_flags() {
         let a = parse(&args(&["x86_64", "--fault-test", "--timeout", "30"])).unwrap();
         assert_eq!(a.port.target, "x86_64-unknown-none");
-        assert!(a.fault_test);
+        assert_eq!(a.mode, Mode::Fault);
         assert_eq!(a.timeout, Duration::from_secs(30));
         let a = parse(&args(&["aarch64"])).unwrap();
         assert_eq!(a.port.qemu, "qemu-system-aarch64");
-        assert!(!a.fault_test);
+        assert_eq!(a.mode, Mode::Normal);
         assert_eq!(a.smp, 1);
+        let a = parse(&args(&[
+            "x86_64",
+            "--smp",
+            "4",
+            "--fault-test=no-shootdown",
+        ]))
+        .unwrap();
+        assert_eq!(a.mode, Mode::NoShootdown);
+        assert_eq!(a.mode.feature(), Some("no-shootdown"));
+        assert!(parse(&args(&["x86_64", "--fault-test=bogus"])).is_err());
         assert_eq!(parse(&args(&["aarch64", "--smp", "4"])).unwrap().smp, 4);
         assert!(parse(&args(&["aarch64", "--smp", "0"])).is_err());
         assert!(parse(&args(&["aarch64", "--smp", "9"])).is_err());
@@ -417,20 +476,43 @@ mod tests {
         let arm = port("aarch64").unwrap();
         let x86 = port("x86_64").unwrap();
         let good = "{\"workload\":\"munmap\"}\nall checks passed\n";
-        assert!(verdict(arm, false, Some(0), good).is_ok());
-        assert!(verdict(x86, false, Some(1), good).is_ok());
+        assert!(verdict(arm, Mode::Normal, Some(0), good).is_ok());
+        assert!(verdict(x86, Mode::Normal, Some(1), good).is_ok());
         // The right status without the line (qemu's own failure on x86 is 1 too).
-        assert!(verdict(x86, false, Some(1), "qemu: could not load kernel\n").is_err());
-        assert!(verdict(arm, false, Some(1), good).is_err());
-        assert!(verdict(arm, false, None, good).is_err());
+        assert!(verdict(x86, Mode::Normal, Some(1), "qemu: could not load kernel\n").is_err());
+        assert!(verdict(arm, Mode::Normal, Some(1), good).is_err());
+        assert!(verdict(arm, Mode::Normal, None, good).is_err());
         let fault = "fault: synchronous exception\n";
-        assert!(verdict(arm, false, Some(0), &format!("{fault}{good}")).is_err());
-        assert!(verdict(arm, true, Some(3), fault).is_ok());
-        assert!(verdict(x86, true, Some(7), fault).is_ok());
+        assert!(verdict(arm, Mode::Normal, Some(0), &format!("{fault}{good}")).is_err());
+        assert!(verdict(arm, Mode::Fault, Some(3), fault).is_ok());
+        assert!(verdict(x86, Mode::Fault, Some(7), fault).is_ok());
         assert!(
-            verdict(arm, true, Some(0), good).is_err(),
+            verdict(arm, Mode::Fault, Some(0), good).is_err(),
             "no fault reported"
         );
-        assert!(verdict(arm, true, Some(1), fault).is_err(), "wrong status");
+        assert!(
+            verdict(arm, Mode::Fault, Some(1), fault).is_err(),
+            "wrong status"
+        );
+    }
+
+    #[test]
+    fn no_shootdown_verdict_needs_a_stale_read_and_a_failure() {
+        let arm = port("aarch64").unwrap();
+        let x86 = port("x86_64").unwrap();
+        let ns = Mode::NoShootdown;
+        let stale = "stale read: CPU 2 at 0xffff800000004000: expected stamp 0x1, found 0x2\n1 checks failed\n";
+        assert!(verdict(arm, ns, Some(1), stale).is_ok());
+        assert!(verdict(x86, ns, Some(3), stale).is_ok());
+        assert!(
+            verdict(x86, ns, Some(7), stale).is_ok(),
+            "a fault after the report"
+        );
+        let caught_nothing =
+            "{\"workload\":\"smp-loop\",\"stale_tlb_violations\":0}\nall checks passed\n";
+        assert!(verdict(arm, ns, Some(0), caught_nothing).is_err());
+        assert!(verdict(x86, ns, Some(1), caught_nothing).is_err());
+        assert!(verdict(arm, ns, Some(0), stale).is_err(), "exit 0");
+        assert!(verdict(arm, ns, None, stale).is_err(), "a hang");
     }
 }

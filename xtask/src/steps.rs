@@ -500,12 +500,17 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     }
 
     // The demo kernels: a normal boot and the deliberate-fault boot per port,
-    // each on one CPU and on 4 (issue 16; about 1 s each under TCG on 2 host
-    // cores).
+    // each on one CPU and on 4, and at 4 CPUs the build without shootdowns,
+    // which smp-loop's cross-CPU stale check must catch (issue 16; 1 to 5 s
+    // each under TCG on 2 host cores).
     const ONE_CPU: &[(&str, &[&str])] = &[("default", &[]), ("fault-test", &["--fault-test"])];
     const SMP4: &[(&str, &[&str])] = &[
         ("smp4", &["--smp", "4"]),
         ("smp4-fault-test", &["--smp", "4", "--fault-test"]),
+        (
+            "smp4-no-shootdown",
+            &["--smp", "4", "--fault-test=no-shootdown"],
+        ),
     ];
     for port in crate::qemu::PORTS {
         for &(config, extra) in ONE_CPU.iter().chain(SMP4) {
@@ -672,10 +677,12 @@ mod tests {
                 "aarch64-unknown-none/fault-test: cargo xtask qemu aarch64 --fault-test",
                 "aarch64-unknown-none/smp4: cargo xtask qemu aarch64 --smp 4",
                 "aarch64-unknown-none/smp4-fault-test: cargo xtask qemu aarch64 --smp 4 --fault-test",
+                "aarch64-unknown-none/smp4-no-shootdown: cargo xtask qemu aarch64 --smp 4 --fault-test=no-shootdown",
                 "x86_64-unknown-none/default: cargo xtask qemu x86_64",
                 "x86_64-unknown-none/fault-test: cargo xtask qemu x86_64 --fault-test",
                 "x86_64-unknown-none/smp4: cargo xtask qemu x86_64 --smp 4",
                 "x86_64-unknown-none/smp4-fault-test: cargo xtask qemu x86_64 --smp 4 --fault-test",
+                "x86_64-unknown-none/smp4-no-shootdown: cargo xtask qemu x86_64 --smp 4 --fault-test=no-shootdown",
             ]
         );
     }

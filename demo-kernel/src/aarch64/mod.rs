@@ -17,6 +17,8 @@ mod percpu;
 mod smp;
 mod tick;
 mod tlb;
+#[cfg(feature = "no-shootdown")]
+mod tlb_local;
 mod vectors;
 
 use arch_api::PhysAddr;

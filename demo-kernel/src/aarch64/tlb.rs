@@ -1,9 +1,10 @@
 //! The kernel's TLB flusher: arch-aarch64's `Aarch64Tlb` (real `tlbi vae1is`
 //! / `tlbi vmalle1is` with their barriers), wrapped to count every `TLBI` it
-//! issues, for the report.
+//! issues, for the report. The `no-shootdown` build wraps the local-only
+//! flusher of `tlb_local.rs` instead, with the same counts.
 
 use super::Layout;
-use arch_aarch64::{Aarch64Tlb, RangeFlush, plan_range_flush};
+use arch_aarch64::{RangeFlush, plan_range_flush};
 use arch_api::{TlbFlush, VirtAddr};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -12,13 +13,20 @@ static PAGE_OPS: AtomicU64 = AtomicU64::new(0);
 /// `tlbi vmalle1is` / `tlbi vmalle1` issued since boot.
 static FULL_OPS: AtomicU64 = AtomicU64::new(0);
 
+/// What issues the invalidations: the broadcast forms.
+#[cfg(not(feature = "no-shootdown"))]
+type Inner = arch_aarch64::Aarch64Tlb<Layout>;
+/// What issues the invalidations: this CPU only (the broken build).
+#[cfg(feature = "no-shootdown")]
+type Inner = super::tlb_local::LocalTlb;
+
 /// A counting `Aarch64Tlb` for the 4 KiB granule (Linux's 33-page ceiling).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Tlb(Aarch64Tlb<Layout>);
+pub struct Tlb(Inner);
 
 /// A flusher; all share the counters.
 pub fn tlb() -> Tlb {
-    Tlb(Aarch64Tlb::new())
+    Tlb(Inner::new())
 }
 
 /// (`tlbi vae1is`, full invalidations) issued since boot.

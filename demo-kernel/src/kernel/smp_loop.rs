@@ -1,13 +1,16 @@
 //! `smp-loop`: every online CPU at once runs a kmalloc/kfree loop (the
 //! global allocator, plus one `KmemCache` every CPU shares) and a
 //! vmalloc/vfree loop on the kernel's one `Vmalloc`, while its tick
-//! allocates too. CPU 0 then checks what the single-CPU workloads check,
+//! allocates too. In the vmalloc loop each CPU also reads the areas the
+//! other CPUs published (`stale_check.rs`), so a purge's flush must reach
+//! their TLBs. CPU 0 then checks what the single-CPU workloads check,
 //! across CPUs: no object handed to two owners (each is filled with its
 //! owner's pattern and checked before it is freed), no stale translation,
 //! no vmalloc page leaked, and the shared cache destroyed with every slab
 //! back (`kmem_cache_destroy` fails on a live object).
 
-use super::vmalloc_loop::{KernelVmalloc, PAGES, VMEM, touch};
+use super::stale_check::{self, MAX};
+use super::vmalloc_loop::{KernelVmalloc, PAGES, VMEM};
 use super::{check, kprint};
 use crate::arch::{self, Layout as ArchLayout};
 use crate::frames::Frames;
@@ -30,8 +33,9 @@ const LIVE: usize = 16;
 const VMALLOC_TOTAL: u64 = 10_000;
 /// Object size of the shared cache.
 const SHARED_SIZE: usize = 96;
+/// vmallocs between two explicit purges on each CPU.
+const PURGE_EVERY: u64 = 8;
 
-const MAX: usize = 8;
 /// What each CPU reports: pattern violations, stale pages, vmalloc errors,
 /// cycles.
 static BAD: [AtomicU64; MAX] = [const { AtomicU64::new(0) }; MAX];
@@ -122,17 +126,28 @@ fn worker(cpu: usize) {
     let ps = ArchLayout::PAGE_SIZE;
     let mut stale = 0;
     let iters = VMALLOC_TOTAL / arch::online() as u64;
+    let mut owner = stale_check::Owner::new(cpu);
     for i in 0..iters {
+        if stale_check::stopped() {
+            break;
+        }
         match vm.vmalloc(PAGES * ps) {
             Ok(va) => {
-                stale += touch(vm, va, i ^ ((cpu as u64) << 32));
-                if vm.vfree(va).is_err() {
-                    errors += 1;
-                }
+                let (s, e) = owner.publish(vm, va);
+                stale += s;
+                errors += e;
             }
             Err(_) => errors += 1,
         }
+        stale += stale_check::read_others(vm, cpu);
+        // Frequent purges, so a freed range comes back while the other
+        // CPUs' TLBs may still hold its old translations: a shootdown that
+        // missed one shows as a stale read soon after.
+        if i % PURGE_EVERY == PURGE_EVERY - 1 {
+            vm.purge_vmap_area_lazy();
+        }
     }
+    errors += owner.retire_all(vm);
     BAD[cpu].store(bad, Relaxed);
     STALE[cpu].store(stale, Relaxed);
     ERRORS[cpu].store(errors, Relaxed);
@@ -181,10 +196,15 @@ pub fn run(vm: &KernelVmalloc) {
         kprint!("{}{}", if c == 0 { "" } else { "," }, cycles.load(Relaxed));
     }
     kprint!(
-        "],\"purges\":{},\"tlb_flush_events\":{},\"pattern_violations\":{bad},\"stale_tlb_violations\":{stale},\"errors\":{errors},\"leaked_pages\":{leaked},\"shared_cache_destroyed\":{}}}\n",
+        "],\"cross_cpu_area_reads\":{},\"purges\":{},\"tlb_flush_events\":{},\"pattern_violations\":{bad},\"stale_tlb_violations\":{stale},\"errors\":{errors},\"leaked_pages\":{leaked},\"shared_cache_destroyed\":{}}}\n",
+        stale_check::cross_cpu_reads(),
         st.purges - before.purges,
         st.flush_events - before.flush_events,
         destroyed.is_ok(),
+    );
+    check(
+        cpus == 1 || stale_check::cross_cpu_reads() > 0,
+        format_args!("smp-loop: no CPU read another CPU's area"),
     );
     check(
         bad == 0,
@@ -203,7 +223,8 @@ pub fn run(vm: &KernelVmalloc) {
         format_args!("smp-loop: {leaked} vmalloc pages leaked"),
     );
     check(
-        st.allocs - before.allocs == n && st.frees - before.frees == n,
+        // Stopped early by a stale read, which is the failure reported.
+        stale_check::stopped() || (st.allocs - before.allocs == n && st.frees - before.frees == n),
         format_args!(
             "smp-loop: {} vmallocs, {} vfrees for {n}",
             st.allocs - before.allocs,

@@ -36,7 +36,16 @@ pub fn init() {
     // boot code before interrupts are on, so no handler's CR4 write is lost
     // (the shootdown handler flushes through `X86Tlb` too). Boot CPU, before
     // any reader.
-    unsafe { *PROBED.0.get() = Some(X86Tlb::new().with_shootdown(super::shootdown::shoot)) };
+    let tlb = unsafe { X86Tlb::new() };
+    // The broken build (`no-shootdown`) leaves the hook out: every flush
+    // stays on the executing CPU, which the stale check must catch.
+    #[cfg(not(feature = "no-shootdown"))]
+    let tlb = tlb.with_shootdown(super::shootdown::shoot);
+    // Still built (so both builds compile the same code), never installed.
+    #[cfg(feature = "no-shootdown")]
+    let _: fn(&arch_x86_64::tlb::Shootdown) = super::shootdown::shoot;
+    // SAFETY: boot CPU, before any reader (`READY` is not yet set).
+    unsafe { *PROBED.0.get() = Some(tlb) };
     READY.store(true, Ordering::Release);
 }
 

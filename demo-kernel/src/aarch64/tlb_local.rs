@@ -3,10 +3,9 @@
 //! non-broadcast forms, `tlbi vae1` / `tlbi vmalle1`.
 //!
 //! A TLBI without the IS (Inner Shareable) qualifier applies only to the PE
-//! that executes it (Arm ARM DDI 0487, D8.13 "TLB maintenance
-//! requirements", and the TLBI VAE1 / VAE1IS and VMALLE1 / VMALLE1IS
-//! instruction descriptions: the IS forms reach every PE of the Inner
-//! Shareable domain). qemu likewise flushes only the executing vCPU, so
+//! that executes it (Arm ARM, DDI 0487, D8.13 "TLB maintenance", and the
+//! TLBI VAE1 / VAE1IS and VMALLE1 / VMALLE1IS instruction descriptions: only
+//! the IS forms reach every PE of the Inner Shareable domain). qemu likewise flushes only the executing vCPU, so
 //! the other CPUs keep the old translations, and smp-loop's cross-CPU stale
 //! check must report them.
 

@@ -38,7 +38,8 @@ pub fn init() {
     // any reader.
     let tlb = unsafe { X86Tlb::new() };
     // The broken build (`no-shootdown`) leaves the hook out: every flush
-    // stays on the executing CPU, which the stale check must catch.
+    // stays on the executing CPU (SDM Vol. 3A §4.10.5, see `shootdown.rs`),
+    // which smp-loop's cross-CPU stale check must catch.
     #[cfg(not(feature = "no-shootdown"))]
     let tlb = tlb.with_shootdown(super::shootdown::shoot);
     // Still built (so both builds compile the same code), never installed.

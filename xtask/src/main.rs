@@ -10,112 +10,83 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use run::{Options, Sink};
 use steps::{Selection, StepKind};
 
 /// The default per-row limit, so a hung test cannot hold CI past its budget.
 const DEFAULT_STEP_TIMEOUT_S: u64 = 1200;
 
-const USAGE: &str = "\
-usage: cargo xtask <command> [flags]
+/// `cargo xtask`: the build and test matrix, and the demo kernels under qemu.
+#[derive(Debug, Parser)]
+#[command(name = "xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-commands:
-  ci       run every step in order (continuing after failures), stream the tools' output,
-           then print the matrix table; exit 1 if any row failed
-  matrix   the same run; prints every (target x config x step) row with pass/fail/skipped
-           and seconds
-  qemu ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]
-           build demo-kernel for ARCH (aarch64, x86_64) and boot it under qemu-system-ARCH
-           with N CPUs (1..8, default 1);
-           fail unless it printed \"all checks passed\" and exited with success (with
-           --fault-test: unless it reported a fault and exited with status 3; with
-           --fault-test=no-shootdown, a build whose TLB flushes stay on the executing CPU:
-           unless it reported a \"stale read:\" and exited with status 1)
-  help     print this text
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every step in order (continuing after failures), stream the tools' output, then
+    /// print the matrix table; exit 1 if any row failed.
+    Ci(RunFlags),
+    /// The same run; prints every (target x config x step) row with pass/fail/skipped and
+    /// seconds.
+    Matrix {
+        #[command(flatten)]
+        run: RunFlags,
+        /// stdout carries exactly one JSON object {"rows":[...]}; the tools' output goes to
+        /// stderr.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build demo-kernel for ARCH and boot it under qemu-system-ARCH; fail unless it printed
+    /// "all checks passed" and exited with success (see --fault-test for the broken builds).
+    Qemu(qemu::QemuCli),
+}
 
-flags:
-  --quick              only fmt, clippy (default), host tests (default), the bare-metal builds
-                       (default) and doc, with the setup they need; other rows are skipped
-  --json               (matrix only) stdout carries exactly one JSON object {\"rows\":[...]};
-                       the tools' output goes to stderr
-  --only STEP[,STEP]   run only these steps: setup, fmt, clippy, test, test-qemu, build-none,
-                       package, msrv, qemu-system, loom, miri, doc
-  --step-timeout SECS  kill a row after SECS seconds (default 1200; 0: no limit)
-";
+/// The flags `ci` and `matrix` share.
+#[derive(Debug, clap::Args)]
+struct RunFlags {
+    /// Only fmt, clippy (default), host tests (default), the bare-metal builds (default) and
+    /// doc, with the setup they need; other rows are skipped.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these steps (comma-separated or repeated).
+    #[arg(long, value_name = "STEP", value_delimiter = ',', value_parser = parse_step)]
+    only: Vec<StepKind>,
+    /// Kill a row after SECS seconds (0: no limit).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_STEP_TIMEOUT_S)]
+    step_timeout: u64,
+}
 
-/// The parsed command line.
+/// `--only`'s values: clap's PossibleValues would need `StepKind: ValueEnum`; the names
+/// already live in steps.rs, so the error lists them from there.
+fn parse_step(name: &str) -> Result<StepKind, String> {
+    StepKind::from_name(name.trim()).ok_or_else(|| {
+        let names: Vec<&str> = StepKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown step `{name}`; expected: {}", names.join(", "))
+    })
+}
+
+/// The parsed `ci` / `matrix` command line.
 struct Args {
     json: bool,
     selection: Selection,
     timeout: Option<Duration>,
 }
 
-/// A usage error: one line, exit status 2.
-fn usage_error(message: String) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(2)
-}
-
-fn step_names() -> String {
-    StepKind::ALL
-        .iter()
-        .map(|k| k.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn parse_flags(command: &str, flags: &[String]) -> Result<Args, String> {
-    let accepted = match command {
-        "ci" => "--quick, --only, --step-timeout",
-        _ => "--json, --quick, --only, --step-timeout",
-    };
-    let mut args = Args {
-        json: false,
-        selection: Selection::default(),
-        timeout: Some(Duration::from_secs(DEFAULT_STEP_TIMEOUT_S)),
-    };
-    let mut it = flags.iter();
-    while let Some(flag) = it.next() {
-        // Accept both `--flag value` and `--flag=value`.
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-            _ => (flag.as_str(), None),
-        };
-        let mut value = |what: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("`{name}` needs {what}"))
-        };
-        match name {
-            "--quick" if inline.is_none() => args.selection.quick = true,
-            "--json" if inline.is_none() && command == "matrix" => args.json = true,
-            "--only" => {
-                for step in value("a comma-separated list of steps")?.split(',') {
-                    let kind = StepKind::from_name(step.trim()).ok_or_else(|| {
-                        format!(
-                            "unknown step `{step}` for --only; expected: {}",
-                            step_names()
-                        )
-                    })?;
-                    args.selection.only.insert(kind);
-                }
-            }
-            "--step-timeout" => {
-                let v = value("a number of seconds")?;
-                let secs: u64 = v
-                    .parse()
-                    .map_err(|_| format!("--step-timeout expects whole seconds, got `{v}`"))?;
-                args.timeout = (secs > 0).then(|| Duration::from_secs(secs));
-            }
-            _ => {
-                return Err(format!(
-                    "unknown flag `{flag}` for `{command}`; expected: {accepted}"
-                ));
-            }
+impl Args {
+    fn new(run: RunFlags, json: bool) -> Args {
+        Args {
+            json,
+            selection: Selection {
+                quick: run.quick,
+                only: run.only.into_iter().collect(),
+            },
+            timeout: (run.step_timeout > 0).then(|| Duration::from_secs(run.step_timeout)),
         }
     }
-    Ok(args)
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -148,27 +119,11 @@ fn note_unlisted_crates(root: &Path) {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let Some(command) = argv.first() else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    match command.as_str() {
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        "ci" | "matrix" => {}
-        "qemu" => return qemu::main(&workspace_root(), &argv[1..]),
-        other => {
-            return usage_error(format!(
-                "unknown command `{other}`; expected one of: ci, matrix, qemu, help"
-            ));
-        }
-    }
-    let args = match parse_flags(command, &argv[1..]) {
-        Ok(args) => args,
-        Err(message) => return usage_error(message),
+    // Usage errors exit 2 and `--help` exits 0, as clap does by default.
+    let args = match Cli::parse().command {
+        Command::Qemu(q) => return qemu::main(&workspace_root(), q),
+        Command::Ci(run) => Args::new(run, false),
+        Command::Matrix { run, json } => Args::new(run, json),
     };
 
     let root = workspace_root();
@@ -193,5 +148,65 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("xtask").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_has_help() {
+        for sub in [
+            &["--help"][..],
+            &["ci", "--help"],
+            &["matrix", "--help"],
+            &["qemu", "--help"],
+            &["help", "matrix"],
+        ] {
+            let e = parse(sub).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{sub:?}");
+        }
+    }
+
+    #[test]
+    fn ci_and_matrix_flags() {
+        let Command::Ci(run) = parse(&["ci", "--quick", "--only", "fmt,clippy", "--only=doc"])
+            .unwrap()
+            .command
+        else {
+            panic!("not ci");
+        };
+        let a = Args::new(run, false);
+        assert!(a.selection.quick);
+        assert_eq!(
+            a.selection.only.into_iter().collect::<Vec<_>>(),
+            [StepKind::Fmt, StepKind::Clippy, StepKind::Doc]
+        );
+        assert_eq!(a.timeout, Some(Duration::from_secs(DEFAULT_STEP_TIMEOUT_S)));
+        let Command::Matrix { run, json } = parse(&["matrix", "--json", "--step-timeout", "0"])
+            .unwrap()
+            .command
+        else {
+            panic!("not matrix");
+        };
+        assert!(json);
+        assert_eq!(Args::new(run, json).timeout, None);
+        assert!(parse(&["ci", "--json"]).is_err(), "--json is matrix's");
+        let e = parse(&["ci", "--only", "bogus"]).unwrap_err().to_string();
+        assert!(e.contains("qemu-system"), "{e}");
+        assert!(parse(&["ci", "--step-timeout", "x"]).is_err());
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["bogus"]).is_err());
     }
 }

@@ -141,64 +141,64 @@ pub struct QemuArgs {
     pub smp: u32,
 }
 
-/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]`.
-pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
-    let names: Vec<&str> = PORTS.iter().map(|p| p.name).collect();
-    let expected = names.join(" or ");
-    let mut port_arg = None;
-    let mut mode = Mode::Normal;
-    let mut timeout = Duration::from_secs(DEFAULT_TIMEOUT_S);
-    let mut smp = 1;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--fault-test" => mode = Mode::Fault,
-            "--fault-test=no-shootdown" => mode = Mode::NoShootdown,
-            "--timeout" => {
-                let v = it
-                    .next()
-                    .ok_or_else(|| "`--timeout` needs a number of seconds".to_string())?;
-                let secs: u64 = v
-                    .parse()
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .ok_or_else(|| format!("--timeout expects whole seconds > 0, got `{v}`"))?;
-                timeout = Duration::from_secs(secs);
-            }
-            "--smp" => {
-                let v = it
-                    .next()
-                    .ok_or_else(|| "`--smp` needs a number of CPUs".to_string())?;
-                smp = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_SMP).contains(n))
-                    .ok_or_else(|| format!("--smp expects 1..={MAX_SMP} CPUs, got `{v}`"))?;
-            }
-            flag if flag.starts_with('-') => {
-                return Err(format!(
-                    "unknown flag `{flag}` for `qemu`; expected: --smp, --fault-test[=no-shootdown], --timeout"
-                ));
-            }
-            name => {
-                if port_arg.is_some() {
-                    return Err(format!(
-                        "`qemu` takes one architecture, got a second: `{name}`"
-                    ));
-                }
-                port_arg = Some(port(name).ok_or_else(|| {
-                    format!("unknown architecture `{name}`; expected {expected}")
-                })?);
-            }
+/// `cargo xtask qemu`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct QemuCli {
+    /// The demo-kernel port to build and boot.
+    #[arg(value_name = "ARCH", value_parser = port_name)]
+    port: &'static Port,
+    /// CPUs qemu emulates (-smp N).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SMP as i64))]
+    smp: u32,
+    /// Build with feature fault-test: a wrong page-table entry must be reported as a `fault:`
+    /// and the kernel exit with status 3. `--fault-test=no-shootdown`: a build whose TLB
+    /// flushes stay on the executing CPU must report a `stale read:` and exit with status 1.
+    #[arg(long, value_name = "KIND", num_args = 0..=1, require_equals = true,
+          value_parser = ["no-shootdown"])]
+    fault_test: Option<Option<String>>,
+    /// Kill the boot after SECS seconds.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
+}
+
+/// `ARCH` through [`PORTS`], so the error lists the ports.
+fn port_name(name: &str) -> Result<&'static Port, String> {
+    port(name).ok_or_else(|| {
+        let names: Vec<&str> = PORTS.iter().map(|p| p.name).collect();
+        format!("expected {}", names.join(" or "))
+    })
+}
+
+impl From<QemuCli> for QemuArgs {
+    fn from(c: QemuCli) -> QemuArgs {
+        QemuArgs {
+            port: c.port,
+            mode: match c.fault_test {
+                None => Mode::Normal,
+                Some(None) => Mode::Fault,
+                // The value parser admits `no-shootdown` only.
+                Some(Some(_)) => Mode::NoShootdown,
+            },
+            timeout: Duration::from_secs(c.timeout),
+            smp: c.smp,
         }
     }
-    let port = port_arg.ok_or_else(|| format!("`qemu` needs an architecture: {expected}"))?;
-    Ok(QemuArgs {
-        port,
-        mode,
-        timeout,
-        smp,
-    })
+}
+
+/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]` (the tests' way in).
+#[cfg(test)]
+pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        q: QemuCli,
+    }
+    use clap::Parser;
+    Wrap::try_parse_from(std::iter::once("qemu").chain(args.iter().map(String::as_str)))
+        .map(|w| w.q.into())
+        .map_err(|e| e.to_string())
 }
 
 /// Whether a finished boot is a pass: `status` is qemu's exit status
@@ -383,14 +383,8 @@ fn boot(a: &QemuArgs, kernel: &Path) -> Result<(Option<i32>, String), String> {
 }
 
 /// `cargo xtask qemu …`.
-pub fn main(root: &Path, args: &[String]) -> ExitCode {
-    let a = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+pub fn main(root: &Path, cli: QemuCli) -> ExitCode {
+    let a = QemuArgs::from(cli);
     let run = || -> Result<(), String> {
         ensure_qemu(a.port)?;
         let kernel = build(root, &a)?;
@@ -456,11 +450,7 @@ mod tests {
         assert!(parse(&args(&["aarch64", "--smp", "0"])).is_err());
         assert!(parse(&args(&["aarch64", "--smp", "9"])).is_err());
         assert!(parse(&args(&["aarch64", "--smp"])).is_err());
-        assert!(
-            parse(&args(&[]))
-                .unwrap_err()
-                .contains("needs an architecture")
-        );
+        assert!(parse(&args(&[])).unwrap_err().contains("<ARCH>"));
         assert!(
             parse(&args(&["riscv64"]))
                 .unwrap_err()

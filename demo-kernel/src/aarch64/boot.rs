@@ -2,11 +2,12 @@
 //! page tables through arch-aarch64's 4 KiB layout, MAIR/TCR/TTBR and the MMU.
 //!
 //! Boot tables: TTBR0 identity-maps the first GiB (flash, GIC, PL011, …) as
-//! one Device-nGnRE block and RAM as Normal write-back 2 MiB blocks; TTBR1
+//! one Device-nGnRE block and RAM as Normal write-back 2 MiB blocks, the
+//! image's blocks split into pages for W^X (wx.rs); TTBR1
 //! starts as an empty table (every upper-half access faults) until vmalloc's
 //! walker is installed there.
 
-use super::{Layout, RAM_END, RAM_START};
+use super::{Layout, RAM_START};
 use arch_aarch64::{Descriptor4K, MAIR_EL1_VALUE};
 use arch_api::{MapFlags, PageTableEntry, PageTableLayout, PhysAddr, VirtAddr};
 use core::arch::{asm, global_asm};
@@ -116,6 +117,10 @@ impl Table {
 static BOOT_L0: Table = Table::new();
 static BOOT_L1: Table = Table::new();
 static BOOT_L2_RAM: Table = Table::new();
+/// Level-3 tables for the 2 MiB blocks holding the image (text, rodata and
+/// data get their own permissions); two cover an image up to 2 MiB long at
+/// any offset.
+static BOOT_L3_IMAGE: [Table; 2] = [Table::new(), Table::new()];
 /// The kernel's upper-half root (TTBR1_EL1), empty at boot: vmalloc and
 /// the munmap case attach to it.
 static KERNEL_TTBR1: Table = Table::new();
@@ -147,25 +152,21 @@ fn build_identity_map() {
             1,
         ),
     );
-    // RAM: 2 MiB blocks, read/write/execute (the image shares its blocks
-    // with the frames handed out; a real kernel would split text and data).
+    // RAM: never-executable read/write blocks, the image's text read-only
+    // executable and its rodata read-only (wx.rs).
     BOOT_L1.set(
         Layout::index(va(RAM_START), 1),
         Descriptor4K::new_table(PhysAddr::new(BOOT_L2_RAM.pa())),
     );
-    let block = Layout::entry_span(2);
-    let mut pa = RAM_START;
-    while pa < RAM_END {
-        BOOT_L2_RAM.set(
-            Layout::index(va(pa), 2),
-            Descriptor4K::new_leaf(
-                PhysAddr::new(pa),
-                MapFlags::WRITE | MapFlags::EXEC | MapFlags::GLOBAL,
-                2,
-            ),
-        );
-        pa += block;
-    }
+    let l3 = BOOT_L3_IMAGE.each_ref().map(Table::pa);
+    let tables = [&BOOT_L2_RAM, &BOOT_L3_IMAGE[0], &BOOT_L3_IMAGE[1]];
+    super::wx::map_ram(BOOT_L2_RAM.pa(), &l3, |table, i, e| {
+        let t = tables
+            .iter()
+            .find(|t| t.pa() == table)
+            .expect("a boot table");
+        t.set(i, e);
+    });
 }
 
 /// `TCR_EL1`: 48-bit VA in both halves (T0SZ = T1SZ = 16), 4 KiB granules
@@ -190,6 +191,7 @@ const SCTLR_WXN: u64 = 1 << 19;
 /// Rust side of the boot: tables, MMU on, then the kernel.
 extern "C" fn boot_main() -> ! {
     build_identity_map();
+    super::wx::invalidate_bss_to_poc();
     let mair = MAIR_EL1_VALUE;
     let tcr = tcr_value();
     let (ttbr0, ttbr1) = (BOOT_L0.pa(), KERNEL_TTBR1.pa());
@@ -222,13 +224,29 @@ extern "C" fn boot_main() -> ! {
             tcr = in(reg) tcr,
             ttbr0 = in(reg) ttbr0,
             ttbr1 = in(reg) ttbr1,
-            set = in(reg) SCTLR_M | SCTLR_C | SCTLR_I,
-            clr = in(reg) SCTLR_A | SCTLR_WXN,
+            // WXN: the hardware treats every writable mapping as
+            // execute-never (Arm ARM DDI 0487, SCTLR_EL1.WXN), a second line
+            // behind the tables' own W^X.
+            set = in(reg) SCTLR_M | SCTLR_C | SCTLR_I | SCTLR_WXN,
+            clr = in(reg) SCTLR_A,
             s = out(reg) sctlr,
             options(nostack),
         );
     }
     MMU_REGS.0[4].store(sctlr, Relaxed);
     super::tlb::count_full();
+    let wx = super::wx::check(ttbr0, ttbr1);
+    crate::kernel::kprint!(
+        "w^x: boot map leaves: {} text RX, {} read-only, {} RW never-executable, {} writable+executable; SCTLR_EL1.WXN {}\n",
+        wx.rx,
+        wx.ro,
+        wx.rw_nx,
+        wx.wx,
+        (sctlr & SCTLR_WXN != 0) as u8,
+    );
+    if wx.wx != 0 {
+        crate::kernel::kprint!("check failed: w^x: writable and executable kernel mappings\n");
+        super::exit(1);
+    }
     crate::kernel::kernel_main()
 }

@@ -20,6 +20,7 @@ mod tlb;
 #[cfg(feature = "no-shootdown")]
 mod tlb_local;
 mod vectors;
+mod wx;
 
 use arch_api::PhysAddr;
 use core::arch::asm;

@@ -31,9 +31,13 @@ demo_secondary_entry:
     msr     cpacr_el1, x1
     ldr     x1, ={vectors}
     msr     vbar_el1, x1
-    // The boot CPU's MAIR, TCR, TTBR0, TTBR1 and SCTLR, cleaned to the
-    // point of coherency before CPU_ON: read here with the MMU and data
-    // cache off, i.e. from memory.
+    // The boot CPU's MAIR, TCR, TTBR0, TTBR1 and SCTLR (WXN included),
+    // cleaned to the point of coherency before CPU_ON: read here with the
+    // MMU and data cache off, i.e. from memory. The same values on every
+    // CPU: shared Normal memory must be mapped with the same attributes
+    // and cacheability everywhere, or coherency is lost (Arm ARM DDI 0487,
+    // "Mismatched memory attributes"), and the walks must be cacheable on
+    // every CPU to see the tables the boot CPU wrote with its caches on.
     ldr     x1, ={regs}
     ldp     x2, x3, [x1]
     msr     mair_el1, x2

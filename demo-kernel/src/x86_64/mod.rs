@@ -50,6 +50,7 @@ mod smp;
 mod tick;
 mod tlb;
 mod tlb_check;
+mod wx_check;
 
 use arch_api::PhysAddr;
 use core::fmt::Write;
@@ -160,6 +161,24 @@ extern "C" fn x86_64_start(start_info: u32) -> ! {
     unsafe { smp::record_cpus(u64::from(start_info)) };
     // SAFETY: boot, once, on the boot tables, image at its link address.
     unsafe { paging::init(&ram) };
+    let wx = wx_check::run();
+    let _ = writeln!(
+        Serial,
+        "w^x: kernel map leaves: {} text RX, {} read-only, {} RW no-execute, {} writable+executable; CR0.WP {}, EFER.NXE {}",
+        wx.rx,
+        wx.ro,
+        wx.rw_nx,
+        wx.wx,
+        u8::from(wx.cr0_wp),
+        u8::from(wx.efer_nxe),
+    );
+    if !wx.ok() {
+        let _ = writeln!(
+            Serial,
+            "check failed: w^x: the kernel map or CR0.WP/EFER.NXE"
+        );
+        exit(1);
+    }
     apic::init();
     smp::install_trampoline();
     tlb::init();

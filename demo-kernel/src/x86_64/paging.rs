@@ -15,7 +15,15 @@
 //! | `.data`, `.bss`, stacks, the rest of RAM | read, write, no-execute |
 //! | the page below each stack | unmapped (guard) |
 //!
-//! Nothing else is mapped: the 16550 and `isa-debug-exit` are I/O ports,
+//! The rights hold because CR0.WP = 1 (supervisor writes honour R/W = 0)
+//! and IA32_EFER.NXE = 1 (bit 63 is XD, not a reserved bit) on every CPU
+//! before this map is loaded (`boot.rs`, the AP trampoline in `smp.rs`):
+//! Intel SDM Vol. 3A §4.6, "Access Rights", and §4.5, where XD is reserved
+//! (a #PF on any walk through it) unless NXE is set. The tables need no
+//! cache maintenance: x86 page walks are coherent with the caches (§4.10,
+//! "Caching Translation Information": walks use the paging structures'
+//! memory type through CR3/PCD, WB here). `wx_check.rs` proves the rights
+//! at boot. Nothing else is mapped: the 16550 and `isa-debug-exit` are I/O ports,
 //! and vmap-lazy maps the vmalloc window into this same PML4
 //! (`Vmalloc::attach`, `kernel/vmalloc_loop.rs`). Table pages come from a bump allocator right after the
 //! image; [`free_ram`](super::free_ram) starts where it stopped.

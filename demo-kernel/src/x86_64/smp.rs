@@ -68,6 +68,10 @@ ap_tr_32:
     mov cr4, eax
     mov eax, offset boot_pml4
     mov cr3, eax
+    // EFER.LME | EFER.NXE and CR0.PG | CR0.WP | CR0.PE, as the boot CPU:
+    // the kernel map loaded next sets XD (reserved, so a #PF, while NXE
+    // is clear) and relies on WP for read-only text (Intel SDM Vol. 3A
+    // §4.5, §4.6): the APs enter with the boot CPU's rights.
     mov ecx, 0xc0000080
     rdmsr
     or eax, 0x900

@@ -1,4 +1,4 @@
-//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]`:
+//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec]] [--timeout SECS]`:
 //! builds `demo-kernel` for the bare-metal target in release, boots it under
 //! `qemu-system-*` (`-smp N`, default 1) with a timeout, streams its console, and passes only if
 //! it printed `all checks passed` and exited with success — or, with
@@ -106,6 +106,10 @@ pub enum Mode {
     Fault,
     /// `--fault-test=no-shootdown`: flushes stay local; stale reads must be reported.
     NoShootdown,
+    /// `--fault-test=wx-write`: the kernel writes to its own text; the fault must be reported.
+    WxWrite,
+    /// `--fault-test=wx-exec`: the kernel calls into .data; the fault must be reported.
+    WxExec,
 }
 
 impl Mode {
@@ -115,6 +119,8 @@ impl Mode {
             Mode::Normal => None,
             Mode::Fault => Some("fault-test"),
             Mode::NoShootdown => Some("no-shootdown"),
+            Mode::WxWrite => Some("wx-write-test"),
+            Mode::WxExec => Some("wx-exec-test"),
         }
     }
 
@@ -124,7 +130,14 @@ impl Mode {
             Mode::Normal => "",
             Mode::Fault => " --fault-test",
             Mode::NoShootdown => " --fault-test=no-shootdown",
+            Mode::WxWrite => " --fault-test=wx-write",
+            Mode::WxExec => " --fault-test=wx-exec",
         }
+    }
+
+    /// Whether the run must end in a reported fault (exit status 3).
+    fn expects_fault(self) -> bool {
+        matches!(self, Mode::Fault | Mode::WxWrite | Mode::WxExec)
     }
 }
 
@@ -154,8 +167,10 @@ pub struct QemuCli {
     /// Build with feature fault-test: a wrong page-table entry must be reported as a `fault:`
     /// and the kernel exit with status 3. `--fault-test=no-shootdown`: a build whose TLB
     /// flushes stay on the executing CPU must report a `stale read:` and exit with status 1.
+    /// `--fault-test=wx-write` / `=wx-exec`: the kernel writes to its text / calls into its
+    /// data; W^X must make that a reported fault (status 3).
     #[arg(long, value_name = "KIND", num_args = 0..=1, require_equals = true,
-          value_parser = ["no-shootdown"])]
+          value_parser = ["no-shootdown", "wx-write", "wx-exec"])]
     fault_test: Option<Option<String>>,
     /// Kill the boot after SECS seconds.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_S,
@@ -178,8 +193,12 @@ impl From<QemuCli> for QemuArgs {
             mode: match c.fault_test {
                 None => Mode::Normal,
                 Some(None) => Mode::Fault,
-                // The value parser admits `no-shootdown` only.
-                Some(Some(_)) => Mode::NoShootdown,
+                Some(Some(kind)) => match kind.as_str() {
+                    "wx-write" => Mode::WxWrite,
+                    "wx-exec" => Mode::WxExec,
+                    // The value parser admits these three only.
+                    _ => Mode::NoShootdown,
+                },
             },
             timeout: Duration::from_secs(c.timeout),
             smp: c.smp,
@@ -187,7 +206,7 @@ impl From<QemuCli> for QemuArgs {
     }
 }
 
-/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown]] [--timeout SECS]` (the tests' way in).
+/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec]] [--timeout SECS]` (the tests' way in).
 #[cfg(test)]
 pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     #[derive(clap::Parser)]
@@ -225,13 +244,14 @@ pub fn verdict(port: &Port, mode: Mode, status: Option<i32>, output: &str) -> Re
         }
         return Ok(());
     }
-    if mode == Mode::Fault {
+    if mode.expects_fault() {
+        let flag = mode.flag().trim();
         if !faulted {
-            return Err("--fault-test: the kernel reported no `fault:`".to_string());
+            return Err(format!("{flag}: the kernel reported no `fault:`"));
         }
         if status != port.fault_status {
             return Err(format!(
-                "--fault-test: qemu exited {status}, expected {} (kernel exit 3)",
+                "{flag}: qemu exited {status}, expected {} (kernel exit 3)",
                 port.fault_status
             ));
         }
@@ -446,6 +466,20 @@ mod tests {
         assert_eq!(a.mode, Mode::NoShootdown);
         assert_eq!(a.mode.feature(), Some("no-shootdown"));
         assert!(parse(&args(&["x86_64", "--fault-test=bogus"])).is_err());
+        let a = parse(&args(&["aarch64", "--fault-test=wx-write"])).unwrap();
+        assert_eq!(a.mode.feature(), Some("wx-write-test"));
+        let a = parse(&args(&["x86_64", "--fault-test=wx-exec"])).unwrap();
+        assert_eq!(a.mode, Mode::WxExec);
+        assert!(verdict(port("x86_64").unwrap(), a.mode, Some(7), "fault: #PF\n").is_ok());
+        assert!(
+            verdict(
+                port("x86_64").unwrap(),
+                a.mode,
+                Some(1),
+                "all checks passed\n"
+            )
+            .is_err()
+        );
         assert_eq!(parse(&args(&["aarch64", "--smp", "4"])).unwrap().smp, 4);
         assert!(parse(&args(&["aarch64", "--smp", "0"])).is_err());
         assert!(parse(&args(&["aarch64", "--smp", "9"])).is_err());

@@ -248,5 +248,6 @@ extern "C" fn boot_main() -> ! {
         crate::kernel::kprint!("check failed: w^x: writable and executable kernel mappings\n");
         super::exit(1);
     }
+    super::wx_test::run();
     crate::kernel::kernel_main()
 }

@@ -21,6 +21,8 @@ mod tlb;
 mod tlb_local;
 mod vectors;
 mod wx;
+#[path = "../wx_test.rs"]
+mod wx_test;
 
 use arch_api::PhysAddr;
 use core::arch::asm;

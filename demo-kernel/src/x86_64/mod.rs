@@ -51,6 +51,8 @@ mod tick;
 mod tlb;
 mod tlb_check;
 mod wx_check;
+#[path = "../wx_test.rs"]
+mod wx_test;
 
 use arch_api::PhysAddr;
 use core::fmt::Write;
@@ -179,6 +181,7 @@ extern "C" fn x86_64_start(start_info: u32) -> ! {
         );
         exit(1);
     }
+    wx_test::run();
     apic::init();
     smp::install_trampoline();
     tlb::init();

@@ -274,7 +274,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Replaces the large leaf `e` at `idx` of `t` by a table of next-level
     /// leaves mapping the same frames. Break-before-make: the leaf is cleared
     /// and its range flushed before the table is linked, as arm64 requires
-    /// when the size of a live translation changes.
+    /// when the size of a live translation changes (Arm ARM DDI 0487, "Using
+    /// break-before-make when updating translation table entries": without
+    /// it two sizes may be cached at once, a TLB conflict abort or a loss of
+    /// coherency).
     fn split_leaf<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,

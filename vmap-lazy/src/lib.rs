@@ -91,6 +91,7 @@ mod backing;
 #[cfg(feature = "testing")]
 mod checker;
 mod error;
+mod flags;
 #[cfg(feature = "alloc")]
 mod frame_cache;
 #[cfg(feature = "alloc")]
@@ -124,6 +125,7 @@ pub use checker::AllocCheck;
 #[doc(hidden)]
 pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
+pub use flags::VmFlags;
 #[cfg(feature = "alloc")]
 pub use info::{InfoLine, vmallocinfo};
 // The lazy accounting, for the loom models only (`tests/loom_lazy_purge*.rs`).

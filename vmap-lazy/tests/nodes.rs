@@ -313,7 +313,11 @@ fn whole_window_vmalloc_after_one_page_churn_on_sharded_nodes() {
     .unwrap();
     let v: Vmalloc<'_, K<'_>, LazyMaxPages, _> =
         Vmalloc::new(&mem, nodes, tlb.on(0), HostedCpus::new(1), LazyMaxPages).unwrap();
-    let all = v.vmalloc(WINDOW * PAGE).unwrap();
+    // The whole window: no room for a guard page.
+    let whole = |v: &Vmalloc<'_, K<'_>, LazyMaxPages, _>| {
+        v.vmalloc_with(WINDOW * PAGE, PAGE, vmap_lazy::VmFlags::NO_GUARD, "t")
+    };
+    let all = whole(&v).unwrap();
     v.vfree(all).unwrap();
     v.purge_vmap_area_lazy();
     let a = v.vmalloc(PAGE).unwrap();
@@ -321,7 +325,7 @@ fn whole_window_vmalloc_after_one_page_churn_on_sharded_nodes() {
     v.purge_vmap_area_lazy();
     assert_eq!(v.vmap_lazy_nr(), 0);
     assert_eq!(v.nodes().busy_bytes(), 0, "nothing is allocated");
-    let all = v.vmalloc(WINDOW * PAGE).expect("the whole window is free");
+    let all = whole(&v).expect("the whole window is free");
     assert_eq!(all, VirtAddr::new(VSTART));
     v.vfree(all).unwrap();
     v.purge_vmap_area_lazy();

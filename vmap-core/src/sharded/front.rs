@@ -69,7 +69,9 @@ use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
+use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
+
+mod nowait;
 
 /// No node owns the slice: the reserve does.
 const NO_OWNER: u16 = u16::MAX;
@@ -268,10 +270,20 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
 
     /// Takes a new slice from the reserve for node `st` (node lock held).
     fn grow(&self, st: &mut NodeState<L>, req: &AllocRequest, fit: &Fit) -> Option<VmapArea> {
+        self.grow_in(st, req, fit, self.reserve.lock())
+    }
+
+    /// [`grow`](Self::grow) with the reserve already locked.
+    fn grow_in(
+        &self,
+        st: &mut NodeState<L>,
+        req: &AllocRequest,
+        fit: &Fit,
+        mut reserve: MutexGuard<'_, R, Space>,
+    ) -> Option<VmapArea> {
         let ss = self.slice_size;
         let lo = (fit.vstart / ss * ss).max(self.start);
         let hi = fit.vend.div_ceil(ss).saturating_mul(ss).min(self.end);
-        let mut reserve = self.reserve.lock();
         let slot = reserve
             .alloc(ss, ss, VirtAddr::new(lo), VirtAddr::new(hi))
             .ok()?;
@@ -694,6 +706,15 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
 
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut L) -> T) -> T {
         f(&mut self.nodes[node % self.nodes.len()].lock().lazy)
+    }
+
+    fn try_alloc_on(
+        &self,
+        node: usize,
+        req: &AllocRequest,
+        publish: impl FnOnce(&mut L, &VmapArea),
+    ) -> Result<VmapArea, VmapError> {
+        self.try_alloc(node, req, publish)
     }
 
     fn drain_pools(&self) {

@@ -82,6 +82,27 @@ pub trait VmapNodes: Sync {
         }
     }
 
+    /// The non-blocking form of [`alloc_on`](Self::alloc_on) (Linux's
+    /// `GFP_NOWAIT`): never waits for a contended lock and never runs the
+    /// slow path (no draining of other nodes' pools). A front may serve the
+    /// request from another node whose lock is free; when every lock it
+    /// could use is held: [`VmapError::WouldBlock`], nothing changed.
+    /// `publish` runs on the lazy state of the node the area belongs to,
+    /// under the same acquisition of that node's lock that allocated it,
+    /// so the caller records the area without taking a lock again.
+    ///
+    /// The default refuses every request with `WouldBlock` (a front that
+    /// cannot try its locks).
+    fn try_alloc_on(
+        &self,
+        node: usize,
+        req: &AllocRequest,
+        publish: impl FnOnce(&mut Self::Lazy, &VmapArea),
+    ) -> Result<VmapArea, VmapError> {
+        let _ = (node, req, publish);
+        Err(VmapError::WouldBlock)
+    }
+
     /// Runs `f` on node `node`'s lazy state under its lock.
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;
 

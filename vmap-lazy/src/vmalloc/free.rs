@@ -67,10 +67,11 @@ where
             }
             Ok(copy)
         })?;
+        let lead = info.start.as_u64() - info.reserved().0.as_u64();
         if release_now {
             // The deliberately broken order (tests only): the range is free
             // again before any flush.
-            let _ = self.nodes.free(addr);
+            let _ = self.nodes.free(info.reserved().0);
         }
         let unmapped = if kind == AreaKind::Vmalloc {
             let cache = &self.per_node[node].frames;
@@ -82,8 +83,10 @@ where
             node,
             LazyRange {
                 start: info.start.as_u64(),
-                end: info.end.as_u64(),
+                // A shrunk area's spare pages were mapped: flushed with it.
+                end: info.end.as_u64() + u64::from(info.spare) * K::Layout::PAGE_SIZE,
                 pages: info.pages,
+                lead,
                 released: release_now,
             },
         );
@@ -161,7 +164,7 @@ where
             self.nodes.free_batch(
                 list.iter()
                     .filter(|r| !r.released)
-                    .map(|r| VirtAddr::new(r.start)),
+                    .map(|r| VirtAddr::new(r.start - r.lead)),
             );
         }
         if taken.is_empty() {

@@ -71,6 +71,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
 
+mod decay;
 mod nowait;
 
 /// No node owns the slice: the reserve does.
@@ -719,6 +720,10 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
 
     fn drain_pools(&self) {
         self.drain_all();
+    }
+
+    fn decay_pools(&self, full: bool) {
+        self.decay(full);
     }
 
     fn busy_bytes(&self) -> u64 {

@@ -111,6 +111,18 @@ pub trait VmapNodes: Sync {
     /// also gives every empty slice back to its reserve.
     fn drain_pools(&self);
 
+    /// Ages the pools (Linux's `decay_va_pool_node`, run by every purge):
+    /// each size class of each node returns its oldest quarter (rounded up)
+    /// to the free space, or everything when `full` (memory pressure), and
+    /// slices left empty go back to the reserve. A node that stops
+    /// allocating so empties a pool of depth `d` within
+    /// `log(d) / log(4/3) + 2` calls (14 for the default depth 64). Only
+    /// parked areas are released: the placement and no-space guarantees
+    /// stay as they are. Fronts without pools do nothing.
+    fn decay_pools(&self, full: bool) {
+        let _ = full;
+    }
+
     /// Bytes in live and pooled areas.
     fn busy_bytes(&self) -> u64;
 }

@@ -94,6 +94,20 @@ impl Pool {
         self.len -= taken;
     }
 
+    /// Removes the oldest quarter (rounded up, so that a pool of any length
+    /// empties) of every class, or every entry when `full`, and hands each
+    /// to `f`.
+    pub(crate) fn decay(&mut self, full: bool, mut f: impl FnMut(PoolEntry)) {
+        let mut taken = 0;
+        for v in &mut self.classes {
+            let n = if full { v.len() } else { v.len().div_ceil(4) };
+            // The stacks grow at the end: the oldest entries are in front.
+            v.drain(..n).for_each(&mut f);
+            taken += n;
+        }
+        self.len -= taken;
+    }
+
     /// Entries currently parked.
     pub(crate) fn len(&self) -> usize {
         self.len

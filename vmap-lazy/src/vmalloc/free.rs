@@ -67,11 +67,11 @@ where
             }
             Ok(copy)
         })?;
-        let lead = info.start.as_u64() - info.reserved().0.as_u64();
+        let lead = info.flags.guard_pages_before() * K::Layout::PAGE_SIZE;
         if release_now {
             // The deliberately broken order (tests only): the range is free
             // again before any flush.
-            let _ = self.nodes.free(info.reserved().0);
+            let _ = self.nodes.free(VirtAddr::new(info.start.as_u64() - lead));
         }
         let unmapped = if kind == AreaKind::Vmalloc {
             let cache = &self.per_node[node].frames;
@@ -126,7 +126,7 @@ where
 
     /// One purge over all nodes: take every lazy list, flush the union of
     /// their ranges and `extra` (vmap-block dirty ranges) once, then give
-    /// each range back to its node.
+    /// each range back to its node, and age the front's pools.
     pub(super) fn purge_with(&self, extra: Option<(u64, u64)>) -> PurgeReport {
         let mut taken: Vec<(usize, Vec<LazyRange>)> = Vec::new();
         let (mut start, mut end, mut pages, mut areas) = (u64::MAX, 0, 0, 0u64);
@@ -174,6 +174,9 @@ where
                 ..PurgeReport::default()
             };
         }
+        // Linux's decay_va_pool_node: every purge ages the front's pools a
+        // quarter, so a node that stopped allocating gives its space back.
+        self.nodes.decay_pools(false);
         self.lazy.retire(folded);
         self.counters.purges.fetch_add(1, Relaxed);
         self.counters.areas_purged.fetch_add(areas, Relaxed);

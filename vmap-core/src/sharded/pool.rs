@@ -130,6 +130,18 @@ impl Pool {
         self.classes.iter().flatten().copied().collect()
     }
 
+    /// The entries [`decay`](Self::decay) would take, without taking them
+    /// (only the broken decay of the loom model uses it).
+    #[cfg(kmm_loom)]
+    pub(crate) fn peek_decay(&self, full: bool) -> Vec<PoolEntry> {
+        let mut out = Vec::new();
+        for v in &self.classes {
+            let n = if full { v.len() } else { v.len().div_ceil(4) };
+            out.extend_from_slice(&v[..n]);
+        }
+        out
+    }
+
     /// Drops every entry without releasing it (broken drain only).
     #[cfg(kmm_loom)]
     pub(crate) fn clear(&mut self) {

@@ -138,3 +138,43 @@ fn vrealloc_paths_hand_out_no_stale_range() {
     let start = VirtAddr::new(VSTART);
     churn(Sharded::<K<'_>>::new(start, VirtAddr::new(VSTART + (PAGE << 20)), PAGE, CPUS).unwrap());
 }
+
+/// Growth past the area into free address space stays in place on both
+/// fronts (the guard page moves to the new end); a range that is taken
+/// makes it move instead, and nothing is left behind.
+#[test]
+fn vrealloc_grows_into_the_free_space_after_the_area() {
+    fn grow<N: vmap_core::VmapNodes<Lazy = vmap_lazy::NodeLazy>>(nodes: N) {
+        let arena = arena(4 << 20);
+        let mem = VmallocMem::new(&arena);
+        let tlb = tlb();
+        let v: Vmalloc<'_, K<'_>, LazyMaxPages, N> =
+            Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), LazyMaxPages).unwrap();
+        let a = v.vmalloc(2 * PAGE).unwrap();
+        v.write_byte(va(a, 1), 9).unwrap();
+        assert_eq!(v.vrealloc(a, 6 * PAGE).unwrap(), a, "grown in place");
+        assert_eq!(v.read_byte(va(a, 1)).unwrap(), 9);
+        v.write_byte(va(a, 5), 1).unwrap();
+        assert!(matches!(
+            v.write_byte(va(a, 6), 1),
+            Err(VmallocError::GuardPageHit { .. })
+        ));
+        assert_eq!(v.areas()[0].reserved(), (a, va(a, 7)));
+        v.check_consistency().unwrap();
+        let next = v.vmalloc(PAGE).unwrap();
+        assert_eq!(next, va(a, 7), "right after the moved guard");
+        let b = v.vrealloc(a, 7 * PAGE).unwrap();
+        assert_ne!(b, a, "the range after it is taken: moved");
+        assert_eq!(v.read_byte(va(b, 1)).unwrap(), 9);
+        v.check_consistency().unwrap();
+        v.vfree(b).unwrap();
+        v.vfree(next).unwrap();
+        v.purge_vmap_area_lazy();
+        v.check_consistency().unwrap();
+        assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "nothing leaked");
+    }
+    grow(space::<vmap_core::Augmented>(1 << 16));
+    grow(space::<vmap_core::Linear>(1 << 16));
+    let start = VirtAddr::new(VSTART);
+    grow(Sharded::<K<'_>>::new(start, VirtAddr::new(VSTART + (PAGE << 16)), PAGE, CPUS).unwrap());
+}

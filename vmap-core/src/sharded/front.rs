@@ -726,6 +726,24 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
         self.decay(full);
     }
 
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        let owner = self
+            .owner_slot(addr.as_u64())
+            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        if owner == NO_OWNER {
+            return self.reserve.lock().resize(addr, size);
+        }
+        // Inside the area's slice only (the slice's space bounds it); a
+        // parked area in the way refuses too.
+        let mut st = self.nodes[owner as usize].lock();
+        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)
+            .ok_or(VmapError::NotFound {
+                addr: addr.as_u64(),
+            })?
+            .space
+            .resize(addr, size)
+    }
+
     fn busy_bytes(&self) -> u64 {
         let mut total = 0;
         for m in self.nodes.iter() {

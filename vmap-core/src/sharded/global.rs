@@ -100,6 +100,10 @@ impl<R: RawMutex + Sync + Send, L: Send, F: FreeAreaSearch> VmapNodes for Global
         f(&mut self.inner.lock().lazy)
     }
 
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        self.inner.lock().space.resize(addr, size)
+    }
+
     fn try_alloc_on(
         &self,
         _: usize,

@@ -103,6 +103,17 @@ pub trait VmapNodes: Sync {
         Err(VmapError::WouldBlock)
     }
 
+    /// Resizes the live area starting at `addr` in place to `size` bytes,
+    /// under one acquisition of its lock (vrealloc growing into the free
+    /// range after an area): `NoSpace` (or another error) and nothing
+    /// changed when the range after it is not free. The default refuses.
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        let _ = size;
+        Err(VmapError::NotFound {
+            addr: addr.as_u64(),
+        })
+    }
+
     /// Runs `f` on node `node`'s lazy state under its lock.
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;
 

@@ -5,9 +5,11 @@
 //! reserved in the area (recorded as its `spare` pages, which fault like
 //! the guard page) until the area itself is freed and purged: so no range
 //! is handed out while a CPU may still translate it. Growing within the
-//! last page, or into the spare pages, stays in place too; the spare pages
-//! are flushed first, since they were mapped before. Otherwise the area
-//! moves: a new one, the contents copied, the old one freed.
+//! last page, into the spare pages, or into free address space after the
+//! area ([`VmapNodes::resize`]; the guard page moves to the new end) stays
+//! in place too; spare pages are flushed first, since they were mapped
+//! before. Otherwise the area moves: a new one, the contents copied, the
+//! old one freed.
 
 use super::Vmalloc;
 use crate::area::{AreaInfo, AreaKind, AreaState};
@@ -47,9 +49,12 @@ where
     /// let a = v.vmalloc(3 * PAGE)?;
     /// assert_eq!(v.vrealloc(a, PAGE)?, a); // shrunk in place, two pages freed
     /// assert_eq!(v.vrealloc(a, 2 * PAGE)?, a); // grown back into them
-    /// let b = v.vrealloc(a, 8 * PAGE)?; // no room after it: moved
+    /// assert_eq!(v.vrealloc(a, 4 * PAGE)?, a); // and into the free space after
+    /// let next = v.vmalloc(PAGE)?;
+    /// let b = v.vrealloc(a, 8 * PAGE)?; // no room after it now: moved
     /// assert_ne!(b, a);
     /// v.vfree(b)?;
+    /// v.vfree(next)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn vrealloc(&self, addr: VirtAddr, size: u64) -> Result<VirtAddr, VmallocError> {
@@ -77,8 +82,8 @@ where
         if new < info.pages {
             return self.shrink(node, &info, new).map(|()| addr);
         }
-        if new - info.pages <= u64::from(info.spare) {
-            return self.grow_in_place(node, &info, new).map(|()| addr);
+        if self.grow_in_place(node, &info, new).is_ok() {
+            return Ok(addr);
         }
         let b = self.vmalloc_with(size, K::Layout::PAGE_SIZE, info.flags, info.caller)?;
         // SAFETY: `addr` starts a live vmalloc area of `info.pages` pages
@@ -116,24 +121,47 @@ where
         self.map.unmap_noflush(cut, info.end, false)
     }
 
-    /// Maps fresh frames on the spare pages after `info` up to `new` pages.
+    /// Grows `info` to `new` pages in place: over its spare pages, and past
+    /// them if the front can extend the area into the free range after it
+    /// (the guard page moves to the new end). On error nothing changed.
     fn grow_in_place(&self, node: usize, info: &AreaInfo, new: u64) -> Result<(), VmallocError> {
         let ps = K::Layout::PAGE_SIZE;
         let add = new - info.pages;
+        let spare = u64::from(info.spare);
+        let (rs, re) = info.reserved();
+        let resized = add > spare;
+        if resized {
+            let size = new
+                .checked_add(info.flags.guard_pages())
+                .and_then(|p| p.checked_mul(ps))
+                .ok_or(VmallocError::Overflow { size: new })?;
+            self.nodes.resize(rs, size).map_err(super::front_error)?;
+        }
         let (s, e) = (info.end, VirtAddr::new(info.end.as_u64() + add * ps));
-        // The spare pages were mapped before a shrink cleared them without
-        // a flush: a CPU may still translate them to the old frames.
-        self.counters.flush(&self.tlb, s.as_u64(), e.as_u64(), ps);
+        if spare > 0 {
+            // The spare pages were mapped before a shrink cleared them
+            // without a flush: a CPU may still translate them to the old
+            // frames. The rest was free in the front: flushed by the purge
+            // that released it, or never mapped (the old guard page).
+            let end = s.as_u64() + add.min(spare) * ps;
+            self.counters.flush(&self.tlb, s.as_u64(), end, ps);
+        }
         #[cfg(feature = "testing")]
         self.test.on_alloc(s, e);
-        self.map
-            .map_new_cached(&self.per_node[node].frames, s, add)?;
+        if let Err(err) = self.map.map_new_cached(&self.per_node[node].frames, s, add) {
+            if resized {
+                // Cannot fail: the range was the area's a moment ago.
+                let _ = self.nodes.resize(rs, re.as_u64() - rs.as_u64());
+            }
+            return Err(err);
+        }
         self.tlb.sync_new_entries();
+        let left = spare.saturating_sub(add) as u32;
         self.nodes.with_lazy(node, |nl| {
             if let Some(i) = nl.areas.get_mut(info.start.as_u64()) {
                 i.pages = new;
                 i.end = e;
-                i.spare -= add as u32;
+                i.spare = left;
             }
         });
         Ok(())

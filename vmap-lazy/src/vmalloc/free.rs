@@ -150,6 +150,9 @@ where
             end = end.max(e);
         }
         if taken.is_empty() && extra.is_none() {
+            // Nothing to flush; the pools still age, so that a front whose
+            // nodes stopped freeing gives its pooled space back too.
+            self.nodes.decay_pools(false);
             return PurgeReport::default();
         }
         self.counters

@@ -49,10 +49,16 @@ pub struct VmSoak {
     parked: Mutex<(Vec<Held>, Tally)>,
 }
 
+/// The shortages the soak provokes on purpose (it lets areas pile up until
+/// the arena runs dry): no space, no frame for the area, or no frame for a
+/// page table it needs (more likely since guard pages spread the areas over
+/// more tables), each after vmalloc's purge and retry.
 fn benign(e: &VmallocError) -> bool {
     matches!(
         e,
-        VmallocError::NoVirtualSpace(_) | VmallocError::OutOfFrames(_)
+        VmallocError::NoVirtualSpace(_)
+            | VmallocError::OutOfFrames(_)
+            | VmallocError::Map(zap_walker::WalkError::OutOfTables(_))
     )
 }
 

@@ -123,3 +123,46 @@ fn nowait_never_purges() {
     v.purge_vmap_area_lazy();
     v.check_consistency().unwrap();
 }
+
+/// NOWAIT areas go through the stale-TLB checker as any other: no range is
+/// handed out while a CPU may still translate it, on either front.
+#[test]
+fn nowait_hands_out_no_stale_range() {
+    fn churn<N: VmapNodes<Lazy = NodeLazy>>(nodes: N) {
+        let arena = arena(8 << 20);
+        let mem = VmallocMem::new(&arena);
+        let tlb = tlb();
+        let checker = vmap_lazy::StaleTlbChecker::new(&tlb);
+        let mut v: Vmalloc<'_, K<'_>, LazyMaxPages, N> =
+            Vmalloc::new(&mem, nodes, tlb.on(0), cpus(), LazyMaxPages).unwrap();
+        v.set_alloc_check(&checker);
+        for i in 0..3000u64 {
+            let flags = if i % 2 == 0 {
+                VmFlags::NOWAIT
+            } else {
+                VmFlags::empty()
+            };
+            let a = v.vmalloc_with(3 * PAGE, PAGE, flags, "churn").unwrap();
+            for p in 0..3 {
+                v.write_byte(va(a, p), i as u8).unwrap();
+                tlb.touch((i + p) as usize % CPUS, va(a, p));
+            }
+            v.vfree(a).unwrap();
+        }
+        v.purge_vmap_area_lazy();
+        v.check_consistency().unwrap();
+        assert_eq!(checker.violations(), 0, "{:?}", checker.first_violation());
+        assert!(checker.checks() >= 3000);
+        assert_eq!(mem.bytes_out(), v.pagetable_bytes(), "nothing leaked");
+    }
+    churn(space::<vmap_core::Augmented>(1 << 20));
+    churn(
+        Sharded::<K<'_>>::new(
+            VirtAddr::new(VSTART),
+            VirtAddr::new(VSTART + (PAGE << 20)),
+            PAGE,
+            CPUS,
+        )
+        .unwrap(),
+    );
+}

@@ -29,7 +29,12 @@
 //! gives empty slices back too. An exact request for a range parked in a
 //! pool takes it out of the pool. Slices are not given back when their last
 //! area is freed: a node that frees its only area and allocates again would
-//! otherwise take the reserve lock twice per pair.
+//! otherwise take the reserve lock twice per pair. Instead the pools decay
+//! ([`VmapNodes::decay_pools`], `front/decay.rs`): every purge releases the
+//! oldest quarter of each pool and gives the slices left empty back, so a
+//! node that stops allocating returns its space within a bounded number of
+//! purges. Non-blocking requests ([`VmapNodes::try_alloc_on`]) are in
+//! `front/nowait.rs`.
 //!
 //! **Placement guarantee.** Every area lies in `[vstart, vend)`, satisfies
 //! `align`, `phase` and `nocross`, and overlaps no other live area. Within

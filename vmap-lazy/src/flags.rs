@@ -36,6 +36,7 @@ bitflags::bitflags! {
 
 impl VmFlags {
     /// The flags an area keeps (its guard layout).
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
     pub(crate) const AREA: Self = Self::NO_GUARD.union(Self::GUARD_BEFORE);
 
     /// Unmapped guard pages before the area.

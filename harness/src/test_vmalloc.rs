@@ -15,7 +15,12 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
 use vmap_core::VmapNodes;
-use vmap_lazy::{LazyMaxPages, NodeLazy, OneSpace, Sharded, Vmalloc, VmallocError, VmallocMem};
+use vmap_lazy::{
+    LazyMaxPages, NodeLazy, OneSpace, Sharded, VmFlags, Vmalloc, VmallocError, VmallocMem,
+};
+
+/// A case's failure: a refused call, or a check that did not hold.
+type CaseError = Box<dyn std::error::Error>;
 
 type L = arch_x86_64::X86_64Pml4;
 
@@ -80,7 +85,8 @@ pub enum NodesKind {
 /// Flags of `test-vmalloc` (Linux's module parameters).
 #[derive(Args, Clone, Debug)]
 pub struct TestVmallocArgs {
-    /// Bit mask of the cases to run (Linux's bits; 1024 = vm_map_ram_test).
+    /// Bit mask of the cases to run (Linux's bits; 1024 = vm_map_ram_test,
+    /// 2048 = no_block_alloc_test, 4096 = vrealloc_test).
     #[arg(long, default_value_t = 127)]
     pub run_test_mask: u32,
     /// Worker threads.
@@ -97,7 +103,7 @@ pub struct TestVmallocArgs {
     pub nodes: NodesKind,
 }
 
-const CASES: [(&str, u32); 9] = [
+const CASES: [(&str, u32); 11] = [
     ("fix_size_alloc_test", 1),
     ("full_fit_alloc_test", 2),
     ("long_busy_list_alloc_test", 4),
@@ -107,6 +113,8 @@ const CASES: [(&str, u32); 9] = [
     ("align_shift_alloc_test", 64),
     ("pcpu_alloc_test", 128),
     ("vm_map_ram_test", 1024),
+    ("no_block_alloc_test", 2048),
+    ("vrealloc_test", 4096),
 ];
 
 struct Rng(u64);
@@ -134,14 +142,14 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
     bit: u32,
     loops: u64,
     rng: &mut Rng,
-) -> Result<(), VmallocError> {
+) -> Result<(), CaseError> {
     let alloc_touch_free = |pages: u64, align: u64| -> Result<(), VmallocError> {
         let a = v.vmalloc_aligned(pages * PAGE, align)?;
         touch(v, a)?;
         v.vfree(a)
     };
     match bit {
-        1 => (0..loops).try_for_each(|_| alloc_touch_free(3, PAGE)),
+        1 => (0..loops).try_for_each(|_| alloc_touch_free(3, PAGE))?,
         2 => {
             // Junk/ptr pairs; free the junk to leave 1-page holes, then fill
             // the holes and free everything.
@@ -161,7 +169,7 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
                 touch(v, a)?;
                 *p = a;
             }
-            ptr.into_iter().try_for_each(|p| v.vfree(p))
+            ptr.into_iter().try_for_each(|p| v.vfree(p))?
         }
         4 => {
             let busy: Vec<_> = (0..15_000)
@@ -169,14 +177,14 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
                 .collect::<Result<_, _>>()?;
             let r = (0..loops).try_for_each(|_| alloc_touch_free(1, PAGE));
             busy.into_iter().try_for_each(|b| v.vfree(b))?;
-            r
+            r?
         }
-        8 => (0..loops).try_for_each(|_| alloc_touch_free(1 + rng.below(100), PAGE)),
-        16 => (0..loops).try_for_each(|_| alloc_touch_free(5, 4 * PAGE)),
+        8 => (0..loops).try_for_each(|_| alloc_touch_free(1 + rng.below(100), PAGE))?,
+        16 => (0..loops).try_for_each(|_| alloc_touch_free(5, 4 * PAGE))?,
         32 => (0..loops).try_for_each(|_| {
             let align = PAGE << rng.below(6);
             alloc_touch_free(1 + rng.below(10), align)
-        }),
+        })?,
         64 => {
             // Alignments 1 << i for every bit: huge ones must fail cleanly.
             for i in 0..64u32 {
@@ -187,17 +195,16 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
                         v.vfree(a)?;
                     }
                     Err(VmallocError::NoVirtualSpace(_)) => {}
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
-            Ok(())
         }
         128 => {
             let mut held = Vec::new();
             for _ in 0..loops.min(35_000) {
                 held.push(v.vmalloc_aligned(PAGE, PAGE << rng.below(2))?);
             }
-            held.into_iter().try_for_each(|p| v.vfree(p))
+            held.into_iter().try_for_each(|p| v.vfree(p))?
         }
         1024 => {
             // vm_map_ram of one caller page (Linux's map_nr_pages = 1).
@@ -211,9 +218,72 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
                 v.vm_unmap_ram(a, 1)
             });
             let _ = arch_api::FrameSource::free(arena, frame, PAGE);
-            r
+            r?
         }
-        _ => Ok(()),
+        2048 => {
+            // Linux: __vmalloc(PAGE_SIZE, GFP_NOWAIT) with preemption off.
+            // A contended lock is a legitimate answer here (`WouldBlock`:
+            // the caller would fall back); anything else must succeed.
+            for _ in 0..loops {
+                match v.vmalloc_with(PAGE, PAGE, VmFlags::NOWAIT, "no_block_alloc_test") {
+                    Ok(a) => {
+                        touch(v, a)?;
+                        v.vfree(a)?;
+                    }
+                    Err(VmallocError::WouldBlock) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        4096 => (0..loops).try_for_each(|_| vrealloc_once(v))?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// One round of Linux's `vrealloc_test`, plus a shrink across a page
+/// boundary (the tail must fault) and a regrowth into it (in place).
+fn vrealloc_once<N: VmapNodes<Lazy = NodeLazy>>(v: &V<'_, N>) -> Result<(), CaseError> {
+    let check = |p: VirtAddr, what: &str| -> Result<(), CaseError> {
+        match v.read_byte(p)? {
+            b'a' => Ok(()),
+            _ => Err(format!("vrealloc {what}: contents lost").into()),
+        }
+    };
+    let p = v.vrealloc(VirtAddr::new(0), PAGE)?;
+    v.write_byte(p, b'a')?;
+    let r = (|| -> Result<VirtAddr, CaseError> {
+        if v.vrealloc(p, PAGE / 2)? != p {
+            return Err("vrealloc shrink inside a page moved".into());
+        }
+        check(p, "shrink")?;
+        let p = v.vrealloc(p, 4 * PAGE)?;
+        check(p, "grow")?;
+        v.write_byte(VirtAddr::new(p.as_u64() + 3 * PAGE), 1)?;
+        if v.vrealloc(p, PAGE)? != p {
+            return Err("vrealloc shrink moved".into());
+        }
+        check(p, "shrink across pages")?;
+        let tail = VirtAddr::new(p.as_u64() + PAGE);
+        if !matches!(
+            v.write_byte(tail, 1),
+            Err(VmallocError::GuardPageHit { .. })
+        ) {
+            return Err("vrealloc shrink left the tail mapped".into());
+        }
+        if v.vrealloc(p, 2 * PAGE)? != p {
+            return Err("vrealloc regrowth into the freed tail moved".into());
+        }
+        check(p, "regrow")?;
+        Ok(p)
+    })();
+    match r {
+        Ok(p) => Ok(v.vfree(p)?),
+        Err(e) => {
+            // The area may have moved; `p` is freed only if still live.
+            let _ = v.vfree(p);
+            Err(e)
+        }
     }
 }
 

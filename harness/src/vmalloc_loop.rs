@@ -18,7 +18,8 @@ use std::time::Instant;
 use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::testing::Hosted;
 use vmap_lazy::{
-    Eager, LazyMaxPages, LookupCost, OneSpace, PurgePolicy, StaleTlbChecker, Vmalloc, VmallocMem,
+    Eager, LazyMaxPages, LookupCost, OneSpace, PurgePolicy, StaleTlbChecker, VmFlags, Vmalloc,
+    VmallocMem,
 };
 
 /// `--policy`, in the order of the story.
@@ -77,6 +78,10 @@ pub struct VmallocLoopArgs {
     /// The lookup-cost policy's N (nodes visited by one search).
     #[arg(long, default_value_t = LookupCost::DEFAULT_MAX_NODES)]
     pub lookup_cost_nodes: u32,
+    /// Areas without the guard page after them (`VM_NO_GUARD`), to compare
+    /// what guards cost.
+    #[arg(long)]
+    pub no_guard: bool,
 }
 
 /// Size of the vmalloc range the loop allocates from.
@@ -127,10 +132,15 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
             .map_err(|e| e.to_string())?;
     v.set_alloc_check(&checker);
     let size = args.pages * ps;
+    let flags = if args.no_guard {
+        VmFlags::NO_GUARD
+    } else {
+        VmFlags::empty()
+    };
     let t0 = Instant::now();
     for i in 0..args.iterations {
         let a = v
-            .vmalloc(size)
+            .vmalloc_with(size, ps, flags, "vmalloc")
             .map_err(|e| format!("{name}: vmalloc: {e}"))?;
         let cpu = (i as usize) % cpus;
         for p in 0..args.pages {
@@ -180,6 +190,8 @@ fn run_one<L: PageTableLayout, P: PurgePolicy, F: FreeAreaSearch>(
             "leaked_pages": leaked_pages,
             "lazy_underflows": s.lazy_underflows,
             "consistent": consistent,
+            "guard": !args.no_guard,
+            "pagetable_bytes": v.pagetable_bytes(),
         }),
         clean,
     ))

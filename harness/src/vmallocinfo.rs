@@ -1,13 +1,17 @@
 //! `harness vmallocinfo`: runs a short workload (vmallocs of several sizes,
-//! a vmap of caller frames, some vfrees left lazy), then dumps the areas like
-//! Linux's /proc/vmallocinfo, followed by the counters. `--json` gives
-//! `{"areas":[…],"counters":{…}}`.
+//! a no-guard area, a stack, a vmap of caller frames, a vm_map_ram mapping,
+//! some vfrees left lazy), then dumps the areas like Linux's
+//! /proc/vmallocinfo, followed by the counters, so that every kind of line
+//! shows. `--json` gives `{"areas":[…],"counters":{…}}`; each area's
+//! `start`/`end`/`size` are the range printed (guard pages included),
+//! `mapped_start`/`mapped_end` the mapped part, `kind`, `guard` and `state`
+//! what the line says.
 
 use crate::cli::Common;
 use arch_api::{FrameSource, HostedCpus, MapFlags, PhysArena, SoftTlb, VirtAddr};
 use serde_json::json;
 use vmap_lazy::testing::Hosted;
-use vmap_lazy::{InfoLine, LazyMaxPages, OneSpace, Vmalloc, VmallocMem};
+use vmap_lazy::{InfoLine, LazyMaxPages, OneSpace, VmFlags, Vmalloc, VmallocMem};
 
 type L = arch_x86_64::X86_64Pml4;
 type K<'a> = Hosted<'a, L>;
@@ -61,9 +65,14 @@ fn dump(common: &Common) -> Result<(), String> {
         .map(|_| arena.alloc(PAGE, PAGE))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    let vm = v
-        .vmap(&frames, MapFlags::WRITE | MapFlags::GLOBAL)
+    let flags = MapFlags::WRITE | MapFlags::GLOBAL;
+    let vm = v.vmap(&frames, flags).map_err(e)?;
+    let ram = v.vm_map_ram(&frames[..1], flags).map_err(e)?;
+    let early = v
+        .vmalloc_with(2 * PAGE, PAGE, VmFlags::NO_GUARD, "early_ioremap")
         .map_err(e)?;
+    let stack = v.vmalloc_stack(4 * PAGE).map_err(e)?;
+    live.extend([early, stack]);
     let areas = v.areas();
     let s = v.stats();
     let counters = json!({
@@ -81,12 +90,17 @@ fn dump(common: &Common) -> Result<(), String> {
         let arr: Vec<_> = areas
             .iter()
             .map(|a| {
+                let (s, e) = a.reserved();
                 json!({
-                    "start": a.start.as_u64(),
-                    "end": a.end.as_u64(),
-                    "size": a.end.as_u64() - a.start.as_u64(),
+                    "start": s.as_u64(),
+                    "end": e.as_u64(),
+                    "size": e.as_u64() - s.as_u64(),
+                    "mapped_start": a.start.as_u64(),
+                    "mapped_end": a.end.as_u64(),
                     "pages": a.pages,
                     "caller": a.caller,
+                    "kind": a.kind.name(),
+                    "guard": InfoLine(a).guard(),
                     "state": match a.state {
                         vmap_lazy::AreaState::Live => a.kind.name(),
                         vmap_lazy::AreaState::Lazy => "lazy",
@@ -106,6 +120,8 @@ fn dump(common: &Common) -> Result<(), String> {
     }
     // Tear down: nothing may be left behind.
     v.vunmap(vm).map_err(e)?;
+    v.vm_unmap_ram(ram, 1).map_err(e)?;
+    v.vm_unmap_aliases();
     for a in live {
         v.vfree(a).map_err(e)?;
     }

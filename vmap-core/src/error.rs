@@ -94,6 +94,11 @@ pub enum VmapError {
         /// The address given.
         addr: u64,
     },
+    /// A non-blocking request ([`VmapNodes::try_alloc_on`]) found every lock
+    /// it could use held; nothing changed.
+    ///
+    /// [`VmapNodes::try_alloc_on`]: crate::VmapNodes::try_alloc_on
+    WouldBlock,
 }
 
 impl fmt::Display for VmapError {
@@ -151,6 +156,7 @@ impl fmt::Display for VmapError {
             Self::NotFound { addr } => {
                 write!(f, "trying to vfree() nonexistent vm area at {addr:#x}")
             }
+            Self::WouldBlock => write!(f, "every usable lock is contended (non-blocking request)"),
         }
     }
 }

@@ -14,6 +14,9 @@ pub const STEAL_UNCHECKED: u8 = 3;
 /// A drain picks the empty slices and gives them back to the reserve under
 /// two lock acquisitions.
 pub const GIVE_BACK_UNCHECKED: u8 = 4;
+/// The pool decay picks the oldest entries under one lock acquisition and
+/// releases them under a second.
+pub const DECAY_TWO_PHASE: u8 = 5;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

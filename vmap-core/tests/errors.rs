@@ -304,3 +304,44 @@ fn error_is_core_error() {
     fn takes(_: &dyn core::error::Error) {}
     takes(&VmapError::ZeroSize);
 }
+
+/// `resize` (vrealloc's growth in place): grows into free space, refuses a
+/// taken or outside range with nothing changed, on every policy.
+#[test]
+fn resize_grows_in_place_or_changes_nothing() {
+    fn check<F: vmap_core::FreeAreaSearch>() {
+        use vmap_core::{VecSource, VmapSpace};
+        const P: u64 = 0x1000;
+        let (s, e) = (VirtAddr::new(0x10_0000), VirtAddr::new(0x10_0000 + 16 * P));
+        let mut sp = VmapSpace::<F, _>::new(s, e, P, VecSource::new()).unwrap();
+        let a = sp.alloc(2 * P, P, s, e).unwrap();
+        let b = sp
+            .alloc(P, P, VirtAddr::new(s.as_u64() + 8 * P), e)
+            .unwrap();
+        let g = sp.resize(a.va_start, 8 * P).unwrap();
+        assert_eq!((g.va_start, g.size()), (a.va_start, 8 * P));
+        let before: Vec<_> = sp.iter().collect();
+        assert!(matches!(
+            sp.resize(a.va_start, 9 * P),
+            Err(VmapError::NoSpace { .. })
+        ));
+        assert!(matches!(
+            sp.resize(b.va_start, 16 * P),
+            Err(VmapError::OutsideSpace { .. })
+        ));
+        assert!(matches!(
+            sp.resize(VirtAddr::new(s.as_u64() + P), 2 * P),
+            Err(VmapError::NotFound { .. })
+        ));
+        assert_eq!(sp.iter().collect::<Vec<_>>(), before, "nothing changed");
+        sp.check_invariants().unwrap();
+        // Shrinking works the same way.
+        assert_eq!(sp.resize(a.va_start, P).unwrap().size(), P);
+        let c = sp.alloc(7 * P, P, s, e).unwrap();
+        assert_eq!(c.va_start.as_u64(), s.as_u64() + P);
+        sp.check_invariants().unwrap();
+    }
+    check::<vmap_core::Augmented>();
+    check::<vmap_core::Linear>();
+    check::<vmap_core::FreeVmapCache>();
+}

@@ -1,6 +1,7 @@
 //! The records both fronts keep: what an area is ([`AreaInfo`]), the
 //! configuration, and the counters ([`VmallocStats`], [`PurgeReport`]).
 
+use crate::flags::VmFlags;
 use arch_api::{TlbFlush, VirtAddr};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -21,7 +22,7 @@ impl AreaKind {
         match self {
             AreaKind::Vmalloc => "vmalloc",
             AreaKind::Vmap => "vmap",
-            AreaKind::VmapBlock => "vmap-block",
+            AreaKind::VmapBlock => "vm_map_ram",
         }
     }
 }
@@ -50,6 +51,37 @@ pub struct AreaInfo {
     pub kind: AreaKind,
     /// Live or lazily freed.
     pub state: AreaState,
+    /// Its guard layout ([`VmFlags::NO_GUARD`], [`VmFlags::GUARD_BEFORE`]).
+    pub flags: VmFlags,
+    /// Reserved, unmapped pages between the mapped part and the guard
+    /// after it: what a shrinking `vrealloc` unmapped (a growing one maps
+    /// them again). They fault like the guard.
+    pub spare: u32,
+}
+
+impl AreaInfo {
+    /// The page size the area was made with.
+    const fn page(&self) -> u64 {
+        (self.end.as_u64() - self.start.as_u64()) / self.pages
+    }
+
+    /// The address space the area holds, guard pages included: what its
+    /// front reserved, and what vmallocinfo prints.
+    pub const fn reserved(&self) -> (VirtAddr, VirtAddr) {
+        let ps = self.page();
+        (
+            VirtAddr::new(self.start.as_u64() - self.flags.guard_pages_before() * ps),
+            VirtAddr::new(
+                self.end.as_u64() + (self.spare as u64 + self.flags.guard_pages_after()) * ps,
+            ),
+        )
+    }
+
+    /// Whether `va` lies on one of the area's guard pages.
+    pub fn is_guard(&self, va: VirtAddr) -> bool {
+        let (s, e) = self.reserved();
+        s <= va && va < e && !(self.start <= va && va < self.end)
+    }
 }
 
 /// Counters, as the harness and vmallocinfo report them.

@@ -158,6 +158,8 @@ mod tests {
             caller: "t",
             kind: AreaKind::Vmalloc,
             state: AreaState::Live,
+            flags: crate::VmFlags::empty(),
+            spare: 0,
         }
     }
 

@@ -46,6 +46,18 @@ pub enum VmallocError {
         /// The frame.
         frame: u64,
     },
+    /// An access through the software MMU hit a guard page of a live area
+    /// (an overrun, or an underflow of a stack): nothing was written.
+    GuardPageHit {
+        /// The address accessed.
+        addr: u64,
+        /// The start of the area whose guard it is.
+        area: u64,
+    },
+    /// A [`VmFlags::NOWAIT`](crate::VmFlags::NOWAIT) request met a contended
+    /// lock (or needed a purge or a page-table allocation under one);
+    /// nothing changed. Retry later, or without `NOWAIT`.
+    WouldBlock,
     /// The virtual-address space could not be set up.
     Setup(VmapError),
     /// The page-table walker could not be set up.
@@ -71,6 +83,13 @@ impl fmt::Display for VmallocError {
                 )
             }
             Self::UnalignedFrame { frame } => write!(f, "frame {frame:#x} is not page aligned"),
+            Self::GuardPageHit { addr, area } => {
+                write!(
+                    f,
+                    "access at {addr:#x} hit a guard page of the area at {area:#x}"
+                )
+            }
+            Self::WouldBlock => write!(f, "would block (a NOWAIT request met a contended lock)"),
             Self::Setup(e) => write!(f, "bad virtual range: {e}"),
             Self::WalkerSetup(e) => write!(f, "page-table walker: {e}"),
         }

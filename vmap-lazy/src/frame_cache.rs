@@ -61,9 +61,32 @@ impl<R: RawMutex> FrameCache<R> {
         size: u64,
         out: &mut [PhysAddr],
     ) -> Result<(), FrameError> {
+        let mut m = self.mag.lock();
+        Self::take_from(&mut m, mem, size, out)
+    }
+
+    /// [`take`](Self::take) if the cache's lock is free (`None` if not,
+    /// nothing taken): a `NOWAIT` request's frames. A refill calls the
+    /// frame source once, which must not sleep (see
+    /// [`VmFlags::NOWAIT`](crate::VmFlags::NOWAIT)).
+    pub(crate) fn try_take<M: FrameSource + PhysMap + ?Sized>(
+        &self,
+        mem: &VmallocMem<'_, M>,
+        size: u64,
+        out: &mut [PhysAddr],
+    ) -> Option<Result<(), FrameError>> {
+        let mut m = self.mag.try_lock()?;
+        Some(Self::take_from(&mut m, mem, size, out))
+    }
+
+    fn take_from<M: FrameSource + PhysMap + ?Sized>(
+        m: &mut Magazine,
+        mem: &VmallocMem<'_, M>,
+        size: u64,
+        out: &mut [PhysAddr],
+    ) -> Result<(), FrameError> {
         let want = out.len();
         debug_assert!(want <= CACHE_CAP);
-        let mut m = self.mag.lock();
         if m.n < want {
             // Refill to a batch beyond what is wanted; if the source cannot
             // give that much, ask for just the shortfall.

@@ -1,7 +1,14 @@
-//! vmallocinfo: one line per area, as Linux's `/proc/vmallocinfo`:
-//! `0xstart-0xend size caller pages=N state`.
+//! vmallocinfo: one line per area, as Linux's `/proc/vmallocinfo` prints
+//! them: the range the area holds (guard pages included, as Linux's
+//! `vm_struct` size is), its size, then
+//!
+//! * `caller pages=N vmalloc|vmap guard=…` for a live area, the guard state
+//!   last (`after`, `before+after` for a stack, `none` for
+//!   [`VmFlags::NO_GUARD`](crate::VmFlags::NO_GUARD); Linux prints none);
+//! * `vm_map_ram` for a live vmap block;
+//! * `unpurged vm_area` for a lazily freed area waiting for its purge.
 
-use crate::area::{AreaInfo, AreaState};
+use crate::area::{AreaInfo, AreaKind, AreaState};
 use alloc::string::String;
 use core::fmt::{self, Write};
 
@@ -9,23 +16,38 @@ use core::fmt::{self, Write};
 #[derive(Clone, Copy, Debug)]
 pub struct InfoLine<'a>(pub &'a AreaInfo);
 
+impl InfoLine<'_> {
+    /// The guard state vmallocinfo prints: `after`, `before+after` or
+    /// `none`.
+    pub fn guard(&self) -> &'static str {
+        let f = self.0.flags;
+        match (f.guard_pages_before(), f.guard_pages_after()) {
+            (0, 0) => "none",
+            (0, _) => "after",
+            (_, 0) => "before",
+            _ => "before+after",
+        }
+    }
+}
+
 impl fmt::Display for InfoLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = self.0;
-        let state = match a.state {
-            AreaState::Live => a.kind.name(),
-            AreaState::Lazy => "lazy",
-        };
-        write!(
-            f,
-            "{:#018x}-{:#018x} {:>8} {} pages={} {}",
-            a.start.as_u64(),
-            a.end.as_u64(),
-            a.end.as_u64() - a.start.as_u64(),
-            a.caller,
-            a.pages,
-            state
-        )
+        let (s, e) = a.reserved();
+        let (s, e) = (s.as_u64(), e.as_u64());
+        write!(f, "{s:#018x}-{e:#018x} {:>7} ", e - s)?;
+        match (a.state, a.kind) {
+            (AreaState::Lazy, _) => write!(f, "unpurged vm_area"),
+            (AreaState::Live, AreaKind::VmapBlock) => write!(f, "vm_map_ram"),
+            (AreaState::Live, k) => write!(
+                f,
+                "{} pages={} {} guard={}",
+                a.caller,
+                a.pages,
+                k.name(),
+                self.guard()
+            ),
+        }
     }
 }
 

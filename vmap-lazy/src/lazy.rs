@@ -38,6 +38,9 @@ pub struct LazyRange {
     pub end: u64,
     /// Pages counted in `vmap_lazy_nr` for it.
     pub pages: u64,
+    /// Bytes of guard before `start`: the front's area starts at
+    /// `start - lead` (a stack's guard page; usually 0).
+    pub lead: u64,
     /// Whether the virtual range was already released (only the
     /// deliberately broken test order does that; feature `testing`).
     pub released: bool,
@@ -172,6 +175,7 @@ mod tests {
             start,
             end: start + pages * 4096,
             pages,
+            lead: 0,
             released: false,
         }
     }

@@ -68,6 +68,14 @@
 //! `StaleTlbChecker`, which proves on the software TLB model that no range
 //! is handed out while a CPU may still translate it.
 //!
+//! Every `vmalloc` / `vmap` area has an unmapped guard page after it (one
+//! page of address space, no entry and no table); [`VmFlags`] opts out
+//! (`NO_GUARD`, dangerous), adds one before for stacks (`GUARD_BEFORE`,
+//! [`Vmalloc::vmalloc_stack`]) or makes a request non-blocking (`NOWAIT`,
+//! Linux's `GFP_NOWAIT`: try-locks only, no synchronous purge), through
+//! [`Vmalloc::vmalloc_with`]. [`Vmalloc::vrealloc`] resizes an area in
+//! place when it can (`vmalloc/realloc.rs`).
+//!
 //! `vm_map_ram` serves small mappings from per-CPU vmap blocks
 //! (`vmap_block.rs`) and, beyond Linux, reuses freed space in a block once
 //! a flush has covered it.
@@ -91,6 +99,7 @@ mod backing;
 #[cfg(feature = "testing")]
 mod checker;
 mod error;
+mod flags;
 #[cfg(feature = "alloc")]
 mod frame_cache;
 #[cfg(feature = "alloc")]
@@ -124,6 +133,7 @@ pub use checker::AllocCheck;
 #[doc(hidden)]
 pub use checker::{StaleTlbChecker, StaleTlbViolation};
 pub use error::VmallocError;
+pub use flags::VmFlags;
 #[cfg(feature = "alloc")]
 pub use info::{InfoLine, vmallocinfo};
 // The lazy accounting, for the loom models only (`tests/loom_lazy_purge*.rs`).

@@ -104,7 +104,41 @@ where
         self.mem
             .alloc_many(L::PAGE_SIZE, L::PAGE_SIZE, frames)
             .map_err(VmallocError::OutOfFrames)?;
-        self.map_fresh(va, frames, |f| self.mem.free_frames(f, L::PAGE_SIZE))
+        self.map_fresh(va, frames, true, |f| self.mem.free_frames(f, L::PAGE_SIZE))
+    }
+
+    /// The `NOWAIT` form of [`map_new_cached`](Self::map_new_cached): the
+    /// frames from `cache` if its lock is free (larger areas: one call of
+    /// the frame source), mapped through the leaf path or, if a table must
+    /// be built, under the page-table lock if it is free. Contended:
+    /// [`VmallocError::WouldBlock`]. On any error nothing is mapped and the
+    /// frames went back to the source.
+    pub(crate) fn try_map_new(
+        &self,
+        cache: &FrameCache<R>,
+        va: VirtAddr,
+        pages: u64,
+    ) -> Result<(), VmallocError> {
+        let mut stack = [PhysAddr::new(0); STACK_FRAMES];
+        let mut heap = Vec::new();
+        let frames: &mut [PhysAddr] = if pages <= STACK_FRAMES as u64 {
+            let f = &mut stack[..pages as usize];
+            cache
+                .try_take(self.mem, L::PAGE_SIZE, f)
+                .ok_or(VmallocError::WouldBlock)?
+                .map_err(VmallocError::OutOfFrames)?;
+            f
+        } else {
+            if heap.try_reserve_exact(pages as usize).is_err() {
+                return Err(VmallocError::OutOfFrames(arch_api::FrameError::OutOfFrames));
+            }
+            heap.resize(pages as usize, PhysAddr::new(0));
+            self.mem
+                .alloc_many(L::PAGE_SIZE, L::PAGE_SIZE, &mut heap)
+                .map_err(VmallocError::OutOfFrames)?;
+            &mut heap[..]
+        };
+        self.map_fresh(va, frames, false, |f| self.mem.free_frames(f, L::PAGE_SIZE))
     }
 
     /// Maps the frames just taken for a fresh vmalloc area (one owner) at
@@ -112,10 +146,13 @@ where
     /// its last-level table exists; otherwise the locked walk populates
     /// what is missing. On error nothing is mapped and the frames go to
     /// `give_back`.
+    /// Without `wait`, a contended page-table lock is
+    /// [`VmallocError::WouldBlock`].
     fn map_fresh(
         &self,
         va: VirtAddr,
         frames: &[PhysAddr],
+        wait: bool,
         give_back: impl FnOnce(&[PhysAddr]),
     ) -> Result<(), VmallocError> {
         #[cfg(feature = "debug")]
@@ -127,7 +164,14 @@ where
         };
         let r = match unlocked {
             Ok(true) => return Ok(()),
-            Ok(false) => self.pt.lock().map_range(va, Frames::List(frames), flags),
+            Ok(false) if wait => self.pt.lock().map_range(va, Frames::List(frames), flags),
+            Ok(false) => match self.pt.try_lock() {
+                Some(mut pt) => pt.map_range(va, Frames::List(frames), flags),
+                None => {
+                    give_back(frames);
+                    return Err(VmallocError::WouldBlock);
+                }
+            },
             Err(e) => Err(e),
         };
         r.map_err(|e| {
@@ -153,7 +197,7 @@ where
         cache
             .take(self.mem, L::PAGE_SIZE, frames)
             .map_err(VmallocError::OutOfFrames)?;
-        self.map_fresh(va, frames, |f| cache.put(self.mem, L::PAGE_SIZE, f))
+        self.map_fresh(va, frames, true, |f| cache.put(self.mem, L::PAGE_SIZE, f))
     }
 
     /// Maps the caller's `frames` at `va`; on error nothing is mapped.
@@ -254,6 +298,44 @@ where
         // flush of the union of every lazy range.
         let _ = cleared.defer();
         Some(n)
+    }
+
+    /// Copies `pages` pages from `src` to `dst` through their translations
+    /// (vrealloc's move); a page not mapped on either side is
+    /// [`VmallocError::NotFound`], with what came before it copied.
+    ///
+    /// # Safety
+    ///
+    /// `src` and `dst` start live `vmalloc` areas of at least `pages` mapped
+    /// pages that the caller owns: nobody frees or writes them until this
+    /// returns, so their frames stay mapped and unshared.
+    pub(crate) unsafe fn copy_pages(
+        &self,
+        dst: VirtAddr,
+        src: VirtAddr,
+        pages: u64,
+    ) -> Result<(), VmallocError> {
+        let ps = L::PAGE_SIZE;
+        for p in 0..pages {
+            let (s, d) = (src.as_u64() + p * ps, dst.as_u64() + p * ps);
+            let (ts, td) = {
+                let pt = self.pt.lock();
+                (
+                    pt.translate(VirtAddr::new(s)),
+                    pt.translate(VirtAddr::new(d)),
+                )
+            };
+            let (Some(ts), Some(td)) = (ts, td) else {
+                return Err(VmallocError::NotFound { addr: s });
+            };
+            let (from, to) = (self.mem.phys_to_ptr(ts.phys), self.mem.phys_to_ptr(td.phys));
+            // SAFETY: both are whole frames (page-aligned addresses, one
+            // page each) mapped in areas the caller owns, reached through
+            // the direct map; two distinct live areas never share a frame,
+            // so the ranges do not overlap.
+            unsafe { core::ptr::copy_nonoverlapping(from, to, ps as usize) };
+        }
+        Ok(())
     }
 
     /// Returns the frames `cache` holds to the frame source.

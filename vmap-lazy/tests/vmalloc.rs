@@ -28,7 +28,14 @@ fn vmalloc_maps_writable_memory_and_vfree_is_lazy_until_purge() {
     for p in 0..4 {
         assert_eq!(v.read_byte(va(a, p)).unwrap(), p as u8 + 7);
     }
-    assert!(v.read_byte(va(a, 4)).is_err(), "no page beyond the area");
+    assert_eq!(
+        v.read_byte(va(a, 4)),
+        Err(VmallocError::GuardPageHit {
+            addr: va(a, 4).as_u64(),
+            area: a.as_u64()
+        }),
+        "the page beyond the area is its guard"
+    );
     v.check_consistency().unwrap();
     let before = tlb.stats();
     v.vfree(a).unwrap();
@@ -41,9 +48,10 @@ fn vmalloc_maps_writable_memory_and_vfree_is_lazy_until_purge() {
     );
     assert_eq!(v.areas()[0].state, AreaState::Lazy);
     v.check_consistency().unwrap();
-    // The range is still reserved: the next area goes above it.
+    // The range is still reserved: the next area goes above it (and its
+    // guard page).
     let b = v.vmalloc(PAGE).unwrap();
-    assert_eq!(b, va(a, 4));
+    assert_eq!(b, va(a, 5));
     let r = v.purge_vmap_area_lazy();
     assert_eq!(
         (r.areas, r.pages, r.start, r.end),
@@ -94,7 +102,9 @@ fn one_purge_flushes_the_union_of_all_lazy_areas() {
     let s = tlb.stats();
     assert_eq!(
         (s.flush_events, s.pages_flushed, s.ipis),
-        (1, 10, (CPUS - 1) as u64)
+        // 5 areas of 2 pages and a guard page each: the union from the
+        // first to the end of the fifth spans 14 pages.
+        (1, 14, (CPUS - 1) as u64)
     );
     assert_eq!(v.purge_vmap_area_lazy().areas, 0, "nothing left: no flush");
     assert_eq!(tlb.stats().flush_events, 1);
@@ -203,8 +213,8 @@ fn no_space_purges_and_retries_once() {
     let arena = arena(4 << 20);
     let mem = VmallocMem::new(&arena);
     let tlb = tlb();
-    // Room for 8 pages only.
-    let v: V = Vmalloc::new(&mem, space(8), tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    // Room for two areas of 4 pages and their guard pages only.
+    let v: V = Vmalloc::new(&mem, space(10), tlb.on(0), cpus(), LazyMaxPages).unwrap();
     let a = v.vmalloc(4 * PAGE).unwrap();
     let b = v.vmalloc(4 * PAGE).unwrap();
     v.vfree(a).unwrap();
@@ -362,8 +372,8 @@ fn vmallocinfo_lists_every_area_with_its_state() {
     assert_eq!(
         lines,
         [
-            "0xffffc90000000000-0xffffc90000002000     8192 module_alloc pages=2 vmalloc",
-            "0xffffc90000002000-0xffffc90000003000     4096 vmalloc pages=1 lazy",
+            "0xffffc90000000000-0xffffc90000003000   12288 module_alloc pages=2 vmalloc guard=after",
+            "0xffffc90000003000-0xffffc90000005000    8192 unpurged vm_area",
         ]
     );
     v.vfree(a).unwrap();

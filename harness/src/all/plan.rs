@@ -45,7 +45,7 @@ pub fn test_vmalloc_threads(quick: bool) -> &'static [u32] {
 /// per thread, runs once at 2 threads for pass/fail).
 pub const SWEEP_MASK: u32 = 1 | 8 | 16 | 1024;
 /// Every case test-vmalloc implements.
-pub const FULL_MASK: u32 = 127 | 1024;
+pub const FULL_MASK: u32 = 127 | 1024 | 2048 | 4096;
 
 /// Loops per case in the thread sweep.
 pub fn sweep_loops(quick: bool) -> u64 {

@@ -224,7 +224,7 @@ pub fn story4(rs: &[RunResult]) -> Story {
         t.row(row);
     }
     let mut full = Table::new(
-        "test-vmalloc: every case (mask 1151), 2 threads: pass/fail and avg ns per case",
+        "test-vmalloc: every case (mask 7295), 2 threads: pass/fail and avg ns per case",
         &[
             "case",
             "bit",

@@ -11,7 +11,7 @@ use arch_api::VirtAddr;
 use arch_api::{CostModel, FrameSource, HostedCpus, MapFlags, PhysAddr, PhysArena, SoftTlb};
 use std::sync::Mutex;
 use vmap_lazy::{
-    AreaKind, LazyMaxPages, Sharded, StaleTlbChecker, Vmalloc, VmallocError, VmallocMem,
+    AreaKind, LazyMaxPages, Sharded, StaleTlbChecker, VmFlags, Vmalloc, VmallocError, VmallocMem,
 };
 
 type K = YieldHosted<'static>;
@@ -49,10 +49,18 @@ pub struct VmSoak {
     parked: Mutex<(Vec<Held>, Tally)>,
 }
 
+/// The shortages the soak provokes on purpose (it lets areas pile up until
+/// the arena runs dry): no space, no frame for the area, or no frame for a
+/// page table it needs (more likely since guard pages spread the areas over
+/// more tables), each after vmalloc's purge and retry; and a NOWAIT
+/// request meeting a held lock.
 fn benign(e: &VmallocError) -> bool {
     matches!(
         e,
-        VmallocError::NoVirtualSpace(_) | VmallocError::OutOfFrames(_)
+        VmallocError::NoVirtualSpace(_)
+            | VmallocError::OutOfFrames(_)
+            | VmallocError::Map(zap_walker::WalkError::OutOfTables(_))
+            | VmallocError::WouldBlock
     )
 }
 
@@ -154,7 +162,8 @@ impl VmSoak {
     fn check_areas(&self, th: &mut VmThread) {
         let areas = self.v.areas();
         for w in areas.windows(2) {
-            if w[1].start < w[0].end {
+            // The ranges held, guard pages included.
+            if w[1].reserved().0 < w[0].reserved().1 {
                 th.tally.violation(|| {
                     format!(
                         "vmalloc: areas overlap: [{:#x}, {:#x}) {:?} and [{:#x}, {:#x}) {:?}",
@@ -189,7 +198,16 @@ impl VmSoak {
             0..=34 if th.held.len() < MAX_HELD => {
                 let pages = 1 + rng.below(32);
                 let align = PAGE << rng.below(5);
-                match self.v.vmalloc_aligned(pages * PAGE, align) {
+                // Some stacks (a guard page below too) and some GFP_NOWAIT
+                // requests, which may meet a held lock (WouldBlock).
+                let mut vm = VmFlags::empty();
+                if rng.one_in(8) {
+                    vm |= VmFlags::GUARD_BEFORE;
+                }
+                if rng.one_in(4) {
+                    vm |= VmFlags::NOWAIT;
+                }
+                match self.v.vmalloc_with(pages * PAGE, align, vm, "soak") {
                     Ok(a) => {
                         self.touch(th, a, pages);
                         th.held.push(Held::Vmalloc(a));
@@ -261,9 +279,34 @@ impl VmSoak {
                         return;
                     }
                 }
+                if let (Held::Vmalloc(a), true) = (&h, rng.one_in(3)) {
+                    return self.resize(th, *a, 1 + rng.below(32));
+                }
                 self.release(th, h);
             }
             _ => {}
+        }
+    }
+
+    /// vrealloc of a held vmalloc area (shrunk, grown in place or moved):
+    /// its first byte (0, from `touch`) must survive.
+    fn resize(&self, th: &mut VmThread, a: VirtAddr, pages: u64) {
+        match self.v.vrealloc(a, pages * PAGE) {
+            Ok(b) => {
+                match self.v.read_byte(b) {
+                    Ok(0) => {}
+                    r => th.tally.violation(|| {
+                        format!("vrealloc: contents lost at {:#x}: {r:?}", b.as_u64())
+                    }),
+                }
+                self.touch(th, b, pages);
+                th.held.push(Held::Vmalloc(b));
+            }
+            Err(e) if benign(&e) => th.held.push(Held::Vmalloc(a)),
+            Err(e) => {
+                th.tally.violation(|| format!("vrealloc: {e}"));
+                th.held.push(Held::Vmalloc(a));
+            }
         }
     }
 

@@ -29,7 +29,12 @@
 //! gives empty slices back too. An exact request for a range parked in a
 //! pool takes it out of the pool. Slices are not given back when their last
 //! area is freed: a node that frees its only area and allocates again would
-//! otherwise take the reserve lock twice per pair.
+//! otherwise take the reserve lock twice per pair. Instead the pools decay
+//! ([`VmapNodes::decay_pools`], `front/decay.rs`): every purge releases the
+//! oldest quarter of each pool and gives the slices left empty back, so a
+//! node that stops allocating returns its space within a bounded number of
+//! purges. Non-blocking requests ([`VmapNodes::try_alloc_on`]) are in
+//! `front/nowait.rs`.
 //!
 //! **Placement guarantee.** Every area lies in `[vstart, vend)`, satisfies
 //! `align`, `phase` and `nocross`, and overlaps no other live area. Within
@@ -69,7 +74,10 @@ use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
+use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
+
+mod decay;
+mod nowait;
 
 /// No node owns the slice: the reserve does.
 const NO_OWNER: u16 = u16::MAX;
@@ -268,10 +276,20 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
 
     /// Takes a new slice from the reserve for node `st` (node lock held).
     fn grow(&self, st: &mut NodeState<L>, req: &AllocRequest, fit: &Fit) -> Option<VmapArea> {
+        self.grow_in(st, req, fit, self.reserve.lock())
+    }
+
+    /// [`grow`](Self::grow) with the reserve already locked.
+    fn grow_in(
+        &self,
+        st: &mut NodeState<L>,
+        req: &AllocRequest,
+        fit: &Fit,
+        mut reserve: MutexGuard<'_, R, Space>,
+    ) -> Option<VmapArea> {
         let ss = self.slice_size;
         let lo = (fit.vstart / ss * ss).max(self.start);
         let hi = fit.vend.div_ceil(ss).saturating_mul(ss).min(self.end);
-        let mut reserve = self.reserve.lock();
         let slot = reserve
             .alloc(ss, ss, VirtAddr::new(lo), VirtAddr::new(hi))
             .ok()?;
@@ -696,8 +714,39 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
         f(&mut self.nodes[node % self.nodes.len()].lock().lazy)
     }
 
+    fn try_alloc_on(
+        &self,
+        node: usize,
+        req: &AllocRequest,
+        publish: impl FnOnce(&mut L, &VmapArea),
+    ) -> Result<VmapArea, VmapError> {
+        self.try_alloc(node, req, publish)
+    }
+
     fn drain_pools(&self) {
         self.drain_all();
+    }
+
+    fn decay_pools(&self, full: bool) {
+        self.decay(full);
+    }
+
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        let owner = self
+            .owner_slot(addr.as_u64())
+            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        if owner == NO_OWNER {
+            return self.reserve.lock().resize(addr, size);
+        }
+        // Inside the area's slice only (the slice's space bounds it); a
+        // parked area in the way refuses too.
+        let mut st = self.nodes[owner as usize].lock();
+        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)
+            .ok_or(VmapError::NotFound {
+                addr: addr.as_u64(),
+            })?
+            .space
+            .resize(addr, size)
     }
 
     fn busy_bytes(&self) -> u64 {

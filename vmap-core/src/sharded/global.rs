@@ -100,6 +100,24 @@ impl<R: RawMutex + Sync + Send, L: Send, F: FreeAreaSearch> VmapNodes for Global
         f(&mut self.inner.lock().lazy)
     }
 
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        self.inner.lock().space.resize(addr, size)
+    }
+
+    fn try_alloc_on(
+        &self,
+        _: usize,
+        req: &AllocRequest,
+        publish: impl FnOnce(&mut L, &VmapArea),
+    ) -> Result<VmapArea, VmapError> {
+        // One lock: contended means there is nothing else to try.
+        let mut inner = self.inner.try_lock().ok_or(VmapError::WouldBlock)?;
+        let inner = &mut *inner;
+        let a = inner.space.alloc_request(req)?;
+        publish(&mut inner.lazy, &a);
+        Ok(a)
+    }
+
     fn drain_pools(&self) {}
 
     fn busy_bytes(&self) -> u64 {

@@ -82,6 +82,38 @@ pub trait VmapNodes: Sync {
         }
     }
 
+    /// The non-blocking form of [`alloc_on`](Self::alloc_on) (Linux's
+    /// `GFP_NOWAIT`): never waits for a contended lock and never runs the
+    /// slow path (no draining of other nodes' pools). A front may serve the
+    /// request from another node whose lock is free; when every lock it
+    /// could use is held: [`VmapError::WouldBlock`], nothing changed.
+    /// `publish` runs on the lazy state of the node the area belongs to,
+    /// under the same acquisition of that node's lock that allocated it,
+    /// so the caller records the area without taking a lock again.
+    ///
+    /// The default refuses every request with `WouldBlock` (a front that
+    /// cannot try its locks).
+    fn try_alloc_on(
+        &self,
+        node: usize,
+        req: &AllocRequest,
+        publish: impl FnOnce(&mut Self::Lazy, &VmapArea),
+    ) -> Result<VmapArea, VmapError> {
+        let _ = (node, req, publish);
+        Err(VmapError::WouldBlock)
+    }
+
+    /// Resizes the live area starting at `addr` in place to `size` bytes,
+    /// under one acquisition of its lock (vrealloc growing into the free
+    /// range after an area): `NoSpace` (or another error) and nothing
+    /// changed when the range after it is not free. The default refuses.
+    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
+        let _ = size;
+        Err(VmapError::NotFound {
+            addr: addr.as_u64(),
+        })
+    }
+
     /// Runs `f` on node `node`'s lazy state under its lock.
     fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut Self::Lazy) -> T) -> T;
 
@@ -89,6 +121,18 @@ pub trait VmapNodes: Sync {
     /// space, e.g. before retrying a failed allocation. The sharded front
     /// also gives every empty slice back to its reserve.
     fn drain_pools(&self);
+
+    /// Ages the pools (Linux's `decay_va_pool_node`, run by every purge):
+    /// each size class of each node returns its oldest quarter (rounded up)
+    /// to the free space, or everything when `full` (memory pressure), and
+    /// slices left empty go back to the reserve. A node that stops
+    /// allocating so empties a pool of depth `d` within
+    /// `log(d) / log(4/3) + 2` calls (14 for the default depth 64). Only
+    /// parked areas are released: the placement and no-space guarantees
+    /// stay as they are. Fronts without pools do nothing.
+    fn decay_pools(&self, full: bool) {
+        let _ = full;
+    }
 
     /// Bytes in live and pooled areas.
     fn busy_bytes(&self) -> u64;

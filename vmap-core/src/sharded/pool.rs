@@ -94,6 +94,20 @@ impl Pool {
         self.len -= taken;
     }
 
+    /// Removes the oldest quarter (rounded up, so that a pool of any length
+    /// empties) of every class, or every entry when `full`, and hands each
+    /// to `f`.
+    pub(crate) fn decay(&mut self, full: bool, mut f: impl FnMut(PoolEntry)) {
+        let mut taken = 0;
+        for v in &mut self.classes {
+            let n = if full { v.len() } else { v.len().div_ceil(4) };
+            // The stacks grow at the end: the oldest entries are in front.
+            v.drain(..n).for_each(&mut f);
+            taken += n;
+        }
+        self.len -= taken;
+    }
+
     /// Entries currently parked.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -114,6 +128,18 @@ impl Pool {
     #[cfg(kmm_loom)]
     pub(crate) fn snapshot(&self) -> Vec<PoolEntry> {
         self.classes.iter().flatten().copied().collect()
+    }
+
+    /// The entries [`decay`](Self::decay) would take, without taking them
+    /// (only the broken decay of the loom model uses it).
+    #[cfg(kmm_loom)]
+    pub(crate) fn peek_decay(&self, full: bool) -> Vec<PoolEntry> {
+        let mut out = Vec::new();
+        for v in &self.classes {
+            let n = if full { v.len() } else { v.len().div_ceil(4) };
+            out.extend_from_slice(&v[..n]);
+        }
+        out
     }
 
     /// Drops every entry without releasing it (broken drain only).

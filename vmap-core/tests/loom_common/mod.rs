@@ -92,6 +92,28 @@ pub fn free_races_pool_drain() {
     });
 }
 
+/// Model 5: node 0's pool decays while node 0 allocates, which takes the
+/// parked area back. The decay must release only what is still parked:
+/// the area allocated stays live (it frees through its node), and nothing
+/// stays busy afterwards.
+pub fn decay_races_pool_alloc() {
+    loom::model(|| {
+        let v = Arc::new(space(1, 4));
+        let (s, e) = all();
+        let y = v.alloc(0, P, P, s, e).unwrap();
+        v.free_area(&y).unwrap(); // parked: the decay has work
+        let v2 = Arc::clone(&v);
+        let t = thread::spawn(move || {
+            let a = v2.alloc(0, P, P, s, e).map_err(|e| format!("{e:?}"))?;
+            v2.check_invariants().map_err(|e| e.to_string())?;
+            ok(v2.free_area(&a))
+        });
+        v.decay(false);
+        let other = t.join().unwrap();
+        verdict(v, vec![other]);
+    });
+}
+
 /// Model 3: node 1 steals an empty slice from node 0 while node 0 allocates
 /// in its slices. The area node 0 gets must stay node 0's (freeing it through
 /// its recorded node works) and the two areas must not overlap.

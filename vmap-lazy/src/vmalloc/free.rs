@@ -67,10 +67,11 @@ where
             }
             Ok(copy)
         })?;
+        let lead = info.flags.guard_pages_before() * K::Layout::PAGE_SIZE;
         if release_now {
             // The deliberately broken order (tests only): the range is free
             // again before any flush.
-            let _ = self.nodes.free(addr);
+            let _ = self.nodes.free(VirtAddr::new(info.start.as_u64() - lead));
         }
         let unmapped = if kind == AreaKind::Vmalloc {
             let cache = &self.per_node[node].frames;
@@ -82,8 +83,10 @@ where
             node,
             LazyRange {
                 start: info.start.as_u64(),
-                end: info.end.as_u64(),
+                // A shrunk area's spare pages were mapped: flushed with it.
+                end: info.end.as_u64() + u64::from(info.spare) * K::Layout::PAGE_SIZE,
                 pages: info.pages,
+                lead,
                 released: release_now,
             },
         );
@@ -123,7 +126,7 @@ where
 
     /// One purge over all nodes: take every lazy list, flush the union of
     /// their ranges and `extra` (vmap-block dirty ranges) once, then give
-    /// each range back to its node.
+    /// each range back to its node, and age the front's pools.
     pub(super) fn purge_with(&self, extra: Option<(u64, u64)>) -> PurgeReport {
         let mut taken: Vec<(usize, Vec<LazyRange>)> = Vec::new();
         let (mut start, mut end, mut pages, mut areas) = (u64::MAX, 0, 0, 0u64);
@@ -147,6 +150,9 @@ where
             end = end.max(e);
         }
         if taken.is_empty() && extra.is_none() {
+            // Nothing to flush; the pools still age, so that a front whose
+            // nodes stopped freeing gives its pooled space back too.
+            self.nodes.decay_pools(false);
             return PurgeReport::default();
         }
         self.counters
@@ -161,7 +167,7 @@ where
             self.nodes.free_batch(
                 list.iter()
                     .filter(|r| !r.released)
-                    .map(|r| VirtAddr::new(r.start)),
+                    .map(|r| VirtAddr::new(r.start - r.lead)),
             );
         }
         if taken.is_empty() {
@@ -171,6 +177,9 @@ where
                 ..PurgeReport::default()
             };
         }
+        // Linux's decay_va_pool_node: every purge ages the front's pools a
+        // quarter, so a node that stopped allocating gives its space back.
+        self.nodes.decay_pools(false);
         self.lazy.retire(folded);
         self.counters.purges.fetch_add(1, Relaxed);
         self.counters.areas_purged.fetch_add(areas, Relaxed);

@@ -12,6 +12,8 @@ use crate::error::VmallocError;
 use crate::lazy::NodeLazy;
 use crate::purge::PurgePolicy;
 use alloc::vec::Vec;
+#[cfg(feature = "testing")]
+use arch_api::PageTableLayout;
 use arch_api::{PhysAddr, Platform, VirtAddr};
 use core::sync::atomic::Ordering::Relaxed;
 use vmap_core::VmapNodes;
@@ -93,8 +95,9 @@ where
                 .with_lazy(n, |nl| (nl.areas.sorted(), nl.lazy_pages()));
             let mut node_lazy = 0;
             for info in &areas {
+                let (rs, re) = info.reserved();
                 match self.nodes.find(info.start) {
-                    Some(a) if a.va_start == info.start && a.va_end == info.end => {}
+                    Some(a) if a.va_start == rs && a.va_end == re => {}
                     _ => return Err("an area the node records is not reserved in the front"),
                 }
                 let mapped = self.map.translate(info.start).is_some();
@@ -173,7 +176,9 @@ where
     }
 
     /// Writes `byte` at `va` through the page table (the software MMU);
-    /// [`VmallocError::NotFound`] if `va` is not mapped writable.
+    /// [`VmallocError::GuardPageHit`] on a guard page of a live area (the
+    /// fault a kernel would take), [`VmallocError::NotFound`] if `va` is
+    /// not mapped writable otherwise.
     ///
     /// A `vmalloc` area's byte is written under its node's lock, not the
     /// page-table lock: `vfree` marks the area lazy under that lock before
@@ -187,12 +192,19 @@ where
         let area = self.nodes.find(va).ok_or(not_found)?;
         let node = self.node_of(area.node);
         let owned = self.nodes.with_lazy(node, |nl| {
-            match nl.areas.get(area.va_start.as_u64()) {
+            match Self::record_of(nl, area.va_start) {
+                Some(i) if i.state == AreaState::Live && i.is_guard(va) => {
+                    Some(Err(VmallocError::GuardPageHit {
+                        addr: va.as_u64(),
+                        area: i.start.as_u64(),
+                    }))
+                }
                 Some(i) if i.state == AreaState::Live && i.kind == AreaKind::Vmalloc => {
-                    // SAFETY: `va` lies in this live vmalloc area (`find`
-                    // returns the area containing it); its `vfree` must take
-                    // this node lock, held until the write is done, and so
-                    // must every other write to the node's vmalloc areas.
+                    // SAFETY: `va` lies in the mapped part of this live
+                    // vmalloc area (`find` returns the area containing it,
+                    // and it is no guard page); its `vfree` must take this
+                    // node lock, held until the write is done, and so must
+                    // every other write to the node's vmalloc areas.
                     Some(unsafe { self.map.write_byte_owned(va, byte) })
                 }
                 Some(i) if i.state == AreaState::Live => None,
@@ -203,6 +215,31 @@ where
             Some(r) => r,
             None => self.map.write_byte(va, byte),
         }
+    }
+
+    /// The record of the front's area starting at `reserved`: keyed by its
+    /// first mapped byte, one page in for a stack.
+    fn record_of(nl: &NodeLazy, reserved: VirtAddr) -> Option<&AreaInfo> {
+        let key = reserved.as_u64();
+        nl.areas.get(key).or_else(|| {
+            nl.areas
+                .get(key + K::Layout::PAGE_SIZE)
+                .filter(|i| i.reserved().0 == reserved)
+        })
+    }
+
+    /// The guard-page hit of an access at `va` that found nothing mapped,
+    /// if `va` is a guard page of a live area.
+    fn guard_hit(&self, va: VirtAddr) -> Option<VmallocError> {
+        let area = self.nodes.find(va)?;
+        let node = self.node_of(area.node);
+        self.nodes.with_lazy(node, |nl| {
+            let i = Self::record_of(nl, area.va_start)?;
+            (i.state == AreaState::Live && i.is_guard(va)).then_some(VmallocError::GuardPageHit {
+                addr: va.as_u64(),
+                area: i.start.as_u64(),
+            })
+        })
     }
 
     /// [`write_byte`](Self::write_byte) without finding the area: the
@@ -220,9 +257,12 @@ where
         unsafe { self.map.write_byte_owned(va, byte) }
     }
 
-    /// Reads the byte at `va` through the page table.
+    /// Reads the byte at `va` through the page table; a guard page of a
+    /// live area is [`VmallocError::GuardPageHit`].
     #[doc(hidden)]
     pub fn read_byte(&self, va: VirtAddr) -> Result<u8, VmallocError> {
-        self.map.read_byte(va)
+        self.map
+            .read_byte(va)
+            .map_err(|e| self.guard_hit(va).unwrap_or(e))
     }
 }

@@ -22,11 +22,14 @@
 
 mod free;
 mod inspect;
+mod nowait;
 mod ram;
+mod realloc;
 
 use crate::area::{AreaInfo, AreaKind, AreaState, Counters};
 use crate::backing::VmallocMem;
 use crate::error::VmallocError;
+use crate::flags::VmFlags;
 use crate::frame_cache::FrameCache;
 use crate::lazy::{LazyCount, NodeLazy};
 use crate::mapper::{Mapper, is_shortage, pages_for};
@@ -205,16 +208,17 @@ where
         usize::from(node) % self.nodes.nr_nodes()
     }
 
-    /// `vmalloc(size)`: `size` bytes (rounded up to pages) of mapped memory.
+    /// `vmalloc(size)`: `size` bytes (rounded up to pages) of mapped memory,
+    /// with a guard page after it.
     pub fn vmalloc(&self, size: u64) -> Result<VirtAddr, VmallocError> {
-        self.vmalloc_caller(size, K::Layout::PAGE_SIZE, "vmalloc")
+        self.vmalloc_with(size, K::Layout::PAGE_SIZE, VmFlags::empty(), "vmalloc")
     }
 
     /// `__vmalloc_node(size, align, …)`: as [`vmalloc`](Self::vmalloc),
     /// aligned to `align` bytes (a power of two; less than a page means a
     /// page).
     pub fn vmalloc_aligned(&self, size: u64, align: u64) -> Result<VirtAddr, VmallocError> {
-        self.vmalloc_caller(size, align, "vmalloc")
+        self.vmalloc_with(size, align, VmFlags::empty(), "vmalloc")
     }
 
     /// `__vmalloc_node(…, caller)`: as
@@ -226,10 +230,56 @@ where
         align: u64,
         caller: &'static str,
     ) -> Result<VirtAddr, VmallocError> {
+        self.vmalloc_with(size, align, VmFlags::empty(), caller)
+    }
+
+    /// A kernel stack: `size` bytes with a guard page before and after, so
+    /// that an underflow faults as an overflow does.
+    pub fn vmalloc_stack(&self, size: u64) -> Result<VirtAddr, VmallocError> {
+        self.vmalloc_with(
+            size,
+            K::Layout::PAGE_SIZE,
+            VmFlags::GUARD_BEFORE,
+            "vmalloc_stack",
+        )
+    }
+
+    /// The general form: `size` bytes aligned to `align` (the returned
+    /// address is aligned; a guard page before it lies below), guard pages
+    /// and blocking as `flags` say (see [`VmFlags`]), recorded under
+    /// `caller`.
+    ///
+    /// ```
+    /// # use arch_api::{CostModel, HostedCpus, PhysArena, SoftTlb, VirtAddr};
+    /// # use vmap_lazy::{LazyMaxPages, OneSpace, Vmalloc, VmallocMem, VmFlags};
+    /// # type K<'a> = vmap_lazy::testing::Hosted<'a, arch_x86_64::X86_64Pml4>;
+    /// # const PAGE: u64 = 4096;
+    /// # let frames = PhysArena::new(1 << 20, PAGE).unwrap();
+    /// # let mem = VmallocMem::new(&frames);
+    /// # let tlb = SoftTlb::new(2, PAGE, CostModel::FREE);
+    /// # let w = OneSpace::<K>::new(VirtAddr::new(0xffff_c900_0000_0000), VirtAddr::new(0xffff_c900_0100_0000), PAGE)?;
+    /// # let v: Vmalloc<'_, K> = Vmalloc::new(&mem, w, tlb.on(0), HostedCpus::new(2), LazyMaxPages)?;
+    /// let a = v.vmalloc_with(2 * PAGE, PAGE, VmFlags::empty(), "driver")?;
+    /// let b = v.vmalloc_with(PAGE, PAGE, VmFlags::NO_GUARD, "early_map")?;
+    /// // `a`'s guard page lies between the two areas; `b` has none.
+    /// assert_eq!(b.as_u64(), a.as_u64() + 3 * PAGE);
+    /// assert_eq!(v.vmalloc(PAGE)?.as_u64(), b.as_u64() + PAGE);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn vmalloc_with(
+        &self,
+        size: u64,
+        align: u64,
+        flags: VmFlags,
+        caller: &'static str,
+    ) -> Result<VirtAddr, VmallocError> {
         let pages = pages_for(size, K::Layout::PAGE_SIZE)?;
         let align = align.max(K::Layout::PAGE_SIZE);
         let cpu = self.this_cpu();
-        self.with_retry(|| self.try_vmalloc(cpu, pages, align, caller))
+        if flags.contains(VmFlags::NOWAIT) {
+            return self.try_vmalloc_nowait(cpu, pages, align, flags, caller);
+        }
+        self.with_retry(|| self.try_vmalloc(cpu, pages, align, flags, caller))
     }
 
     /// Runs `f`; on a shortage of space or frames purges, drains the
@@ -246,15 +296,38 @@ where
         }
     }
 
-    /// Reserves `pages` pages aligned to `align` on `cpu`'s node; runs the
-    /// allocation check and asks the policy.
-    fn reserve(&self, cpu: usize, pages: u64, align: u64) -> Result<VmapArea, VmallocError> {
-        let (vstart, vend) = self.nodes.range();
-        let req = AllocRequest::new(pages * K::Layout::PAGE_SIZE, align, vstart, vend);
-        let (area, visited) = self.nodes.alloc_counted(cpu, &req).map_err(|e| match e {
-            VmapError::Overflow { size, .. } => VmallocError::Overflow { size },
-            e => VmallocError::NoVirtualSpace(e),
-        })?;
+    /// The request for `pages` pages aligned to `align` with the guard
+    /// pages of `flags` around them.
+    fn request(
+        pages: u64,
+        align: u64,
+        flags: VmFlags,
+        window: (VirtAddr, VirtAddr),
+    ) -> AllocRequest {
+        let ps = K::Layout::PAGE_SIZE;
+        let size = (pages + flags.guard_pages()) * ps;
+        let req = AllocRequest::new(size, align, window.0, window.1);
+        // A guard page before: the mapped part, one page in, is what must be
+        // aligned.
+        if flags.contains(VmFlags::GUARD_BEFORE) && align > ps {
+            req.phase(align - ps)
+        } else {
+            req
+        }
+    }
+
+    /// Reserves `pages` pages aligned to `align`, and the guard pages of
+    /// `flags`, on `cpu`'s node; runs the allocation check and asks the
+    /// policy.
+    fn reserve(
+        &self,
+        cpu: usize,
+        pages: u64,
+        align: u64,
+        flags: VmFlags,
+    ) -> Result<VmapArea, VmallocError> {
+        let req = Self::request(pages, align, flags, self.nodes.range());
+        let (area, visited) = self.nodes.alloc_counted(cpu, &req).map_err(front_error)?;
         self.counters.searched(visited);
         #[cfg(feature = "testing")]
         self.test.on_alloc(area.va_start, area.va_end);
@@ -264,15 +337,41 @@ where
         Ok(area)
     }
 
-    fn publish(&self, area: &VmapArea, pages: u64, caller: &'static str, kind: AreaKind) {
-        let info = AreaInfo {
-            start: area.va_start,
-            end: area.va_end,
+    /// The first mapped byte of `area`, reserved with `flags`.
+    fn mapped_start(area: &VmapArea, flags: VmFlags) -> VirtAddr {
+        let lead = flags.guard_pages_before() * K::Layout::PAGE_SIZE;
+        VirtAddr::new(area.va_start.as_u64() + lead)
+    }
+
+    fn info(
+        area: &VmapArea,
+        pages: u64,
+        caller: &'static str,
+        kind: AreaKind,
+        flags: VmFlags,
+    ) -> AreaInfo {
+        let start = Self::mapped_start(area, flags);
+        AreaInfo {
+            start,
+            end: VirtAddr::new(start.as_u64() + pages * K::Layout::PAGE_SIZE),
             pages,
             caller,
             kind,
             state: AreaState::Live,
-        };
+            flags: flags & VmFlags::AREA,
+            spare: 0,
+        }
+    }
+
+    fn publish(
+        &self,
+        area: &VmapArea,
+        pages: u64,
+        caller: &'static str,
+        kind: AreaKind,
+        flags: VmFlags,
+    ) {
+        let info = Self::info(area, pages, caller, kind, flags);
         let node = self.node_of(area.node);
         self.nodes.with_lazy(node, |nl| nl.areas.insert(info));
         self.per_node[node].allocs.fetch_add(1, Relaxed);
@@ -283,33 +382,36 @@ where
         cpu: usize,
         pages: u64,
         align: u64,
+        flags: VmFlags,
         caller: &'static str,
     ) -> Result<VirtAddr, VmallocError> {
-        let area = self.reserve(cpu, pages, align)?;
+        let area = self.reserve(cpu, pages, align, flags)?;
+        let va = Self::mapped_start(&area, flags);
         let cache = &self.per_node[self.node_of(area.node)].frames;
-        if let Err(e) = self.map.map_new_cached(cache, area.va_start, pages) {
+        if let Err(e) = self.map.map_new_cached(cache, va, pages) {
             // Cannot fail: reserved just now and not published.
             let _ = self.nodes.free_area(&area);
             return Err(e);
         }
         self.tlb.sync_new_entries();
-        self.publish(&area, pages, caller, AreaKind::Vmalloc);
-        Ok(area.va_start)
+        self.publish(&area, pages, caller, AreaKind::Vmalloc, flags);
+        Ok(va)
     }
 
     /// `vmap(frames, flags)`: maps the caller's frames (one per page)
-    /// contiguously; they stay the caller's (`vunmap` does not free them).
+    /// contiguously, with a guard page after them; they stay the caller's
+    /// (`vunmap` does not free them).
     pub fn vmap(&self, frames: &[PhysAddr], flags: MapFlags) -> Result<VirtAddr, VmallocError> {
         let pages = self.check_frames(frames)?;
         let cpu = self.this_cpu();
         self.with_retry(|| {
-            let area = self.reserve(cpu, pages, K::Layout::PAGE_SIZE)?;
+            let area = self.reserve(cpu, pages, K::Layout::PAGE_SIZE, VmFlags::empty())?;
             if let Err(e) = self.map.map_frames(area.va_start, frames, flags) {
                 let _ = self.nodes.free_area(&area);
                 return Err(e);
             }
             self.tlb.sync_new_entries();
-            self.publish(&area, pages, "vmap", AreaKind::Vmap);
+            self.publish(&area, pages, "vmap", AreaKind::Vmap, VmFlags::empty());
             Ok(area.va_start)
         })
     }
@@ -326,5 +428,14 @@ where
         let pages = frames.len() as u64;
         pages_for(pages.saturating_mul(ps), ps)?;
         Ok(pages)
+    }
+}
+
+/// A front's refusal as vmalloc reports it.
+fn front_error(e: VmapError) -> VmallocError {
+    match e {
+        VmapError::Overflow { size, .. } => VmallocError::Overflow { size },
+        VmapError::WouldBlock => VmallocError::WouldBlock,
+        e => VmallocError::NoVirtualSpace(e),
     }
 }

@@ -4,6 +4,7 @@
 use super::Vmalloc;
 use crate::area::{AreaKind, AreaState, PurgeReport};
 use crate::error::VmallocError;
+use crate::flags::VmFlags;
 use crate::lazy::{LazyRange, NodeLazy};
 use crate::purge::PurgePolicy;
 use crate::vmap_block::{VMAP_BBMAP_BITS, VMAP_MAX_ALLOC};
@@ -39,8 +40,21 @@ where
             |s, e| self.counters.flush(&self.tlb, s, e, ps),
             || {
                 self.with_retry(|| {
-                    let area = self.reserve(cpu, VMAP_BBMAP_BITS, VMAP_BBMAP_BITS * ps)?;
-                    self.publish(&area, VMAP_BBMAP_BITS, "vmap_block", AreaKind::VmapBlock);
+                    let area = self.reserve(
+                        cpu,
+                        VMAP_BBMAP_BITS,
+                        VMAP_BBMAP_BITS * ps,
+                        VmFlags::NO_GUARD,
+                    )?;
+                    // A block has no guard: Linux's vmap blocks have none, and
+                    // the pages carved from it are the caller's to bound.
+                    self.publish(
+                        &area,
+                        VMAP_BBMAP_BITS,
+                        "vmap_block",
+                        AreaKind::VmapBlock,
+                        VmFlags::NO_GUARD,
+                    );
                     Ok(area.va_start.as_u64())
                 })
             },
@@ -92,6 +106,7 @@ where
                 start,
                 end,
                 pages: VMAP_BBMAP_BITS,
+                lead: 0,
                 released: false,
             },
         );

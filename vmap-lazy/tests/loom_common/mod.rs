@@ -32,6 +32,7 @@ fn range(i: usize) -> LazyRange {
         start,
         end: start + (i as u64 + 1) * 0x1000,
         pages: i as u64 + 1,
+        lead: 0,
         released: false,
     }
 }

@@ -25,6 +25,12 @@ pub type KernelVmalloc = Vmalloc<'static, DemoKernel>;
 
 pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
+/// The end of the kernel's vmalloc: the first half of the arch window. The
+/// second half is `policy_loop`'s, one slice per purge policy, so no two
+/// attached vmallocs ever write entries in the same range.
+pub(super) const MAIN_END: u64 =
+    arch::VMALLOC_START + (arch::VMALLOC_END - arch::VMALLOC_START) / 2;
+
 /// Sets vmalloc up over the window of the kernel's live table, runs the loop
 /// and returns it (it stays the kernel's vmalloc). The policy is the
 /// harness's `augmented`: vmap-core's augmented free tree with
@@ -33,7 +39,7 @@ pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 pub fn run() -> KernelVmalloc {
     let window = match OneSpace::<DemoKernel>::new(
         VirtAddr::new(arch::VMALLOC_START),
-        VirtAddr::new(arch::VMALLOC_END),
+        VirtAddr::new(MAIN_END),
         arch::Layout::PAGE_SIZE,
     ) {
         Ok(w) => w,
@@ -182,7 +188,7 @@ fn small_purge(vm: &KernelVmalloc) {
     }
     vm.purge_vmap_area_lazy();
     kprint!(
-        "{{\"workload\":\"vmalloc-small-purge\",\"arch\":\"{}\",\"areas\":{AREAS},\"pages\":{PAGES},\"tlb_pages_flushed\":{flushed},\"stale_tlb_violations\":{stale},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
+        "{{\"workload\":\"vmalloc-small-purge\",\"arch\":\"{}\",\"cpus\":1,\"areas\":{AREAS},\"pages\":{PAGES},\"tlb_pages_flushed\":{flushed},\"stale_tlb_violations\":{stale},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
         arch::NAME,
     );
     check(

@@ -12,6 +12,7 @@
 mod fault_test;
 mod munmap;
 mod policy_loop;
+mod slab_smp;
 mod slab_test;
 mod smp_loop;
 mod stale_check;
@@ -193,6 +194,7 @@ pub fn kernel_main() -> ! {
     let vm = vmalloc_loop::run();
     slab_test::run();
     zap_smp::run(&vm);
+    slab_smp::run();
     smp_loop::run(&vm);
     policy_loop::run();
     check(

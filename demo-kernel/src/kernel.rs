@@ -16,6 +16,7 @@ mod slab_smp;
 mod slab_test;
 mod smp_loop;
 mod stale_check;
+mod test_vmalloc;
 pub mod tick_batch;
 mod vmalloc_loop;
 mod zap_smp;
@@ -197,6 +198,7 @@ pub fn kernel_main() -> ! {
     slab_smp::run();
     smp_loop::run(&vm);
     policy_loop::run();
+    test_vmalloc::run();
     check(
         ALLOC.served() > 0,
         format_args!("slub-core served no allocation"),

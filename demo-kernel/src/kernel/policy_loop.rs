@@ -8,12 +8,12 @@
 //! instructions on aarch64 (the interconnect, not an IPI, carries them).
 //!
 //! Each policy gets its own `Vmalloc` over its own slice of the second half
-//! of the window (`vmalloc_loop::MAIN_END`): an attached vmalloc's tables
+//! of the window (`vmalloc_loop::window_slice`): an attached vmalloc's tables
 //! stay in the live root after it is dropped, so slices never overlap and
 //! the kernel's own vmalloc never writes there.
 
 use super::stale_check::{self, MAX};
-use super::vmalloc_loop::{MAIN_END, PAGES};
+use super::vmalloc_loop::{PAGES, window_slice};
 use super::{check, kprint};
 use crate::arch::{self, Layout as ArchLayout};
 use crate::frames::Frames;
@@ -116,11 +116,10 @@ struct Row {
 /// Runs policy `P` with search `F` in slice `k` of the window.
 fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize) -> Row {
     let cpus = arch::online().min(MAX);
-    let slice = (arch::VMALLOC_END - MAIN_END) / POLICIES as u64;
-    let start = MAIN_END + k as u64 * slice;
+    let (start, end) = window_slice(k);
     let window = match OneSpace::<DemoKernel, F>::new(
         VirtAddr::new(start),
-        VirtAddr::new(start + slice),
+        VirtAddr::new(end),
         ArchLayout::PAGE_SIZE,
     ) {
         Ok(w) => w,

@@ -26,10 +26,21 @@ pub type KernelVmalloc = Vmalloc<'static, DemoKernel>;
 pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
 /// The end of the kernel's vmalloc: the first half of the arch window. The
-/// second half is `policy_loop`'s, one slice per purge policy, so no two
-/// attached vmallocs ever write entries in the same range.
+/// second half is cut in `SLICES` slices (`window_slice`), one per vmalloc
+/// the SMP workloads attach, so no two attached vmallocs ever write entries
+/// in the same range (tables an attached vmalloc added stay after it).
 pub(super) const MAIN_END: u64 =
     arch::VMALLOC_START + (arch::VMALLOC_END - arch::VMALLOC_START) / 2;
+/// Slices of the window's second half: 0..4 the purge policies'
+/// (`policy_loop`), 4 and 5 test-vmalloc's fronts.
+const SLICES: u64 = 8;
+
+/// `[start, end)` of slice `k` of the window's second half.
+pub(super) fn window_slice(k: usize) -> (u64, u64) {
+    let size = (arch::VMALLOC_END - MAIN_END) / SLICES;
+    let start = MAIN_END + k as u64 * size;
+    (start, start + size)
+}
 
 /// Sets vmalloc up over the window of the kernel's live table, runs the loop
 /// and returns it (it stays the kernel's vmalloc). The policy is the

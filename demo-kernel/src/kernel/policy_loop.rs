@@ -23,12 +23,12 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
 use vmap_lazy::{Eager, LazyMaxPages, OneSpace, PurgePolicy, Vmalloc, VmallocMem};
 
-/// vmallocs per CPU per policy. Scaled far down from the harness's loop
-/// (emulated, eager's every free is a flush and, on x86_64, an IPI to each
-/// other CPU): the four policies together stay under a second at
-/// `--smp 4`. Below `lazy_max_pages`, so the lazy policies purge once, at
-/// the end; eager purges on every free.
-const PER_CPU: u64 = 192;
+/// vmallocs per policy, shared out over the CPUs (192 each at `--smp 4`).
+/// Scaled far down from the harness's loop (emulated, eager's every free is
+/// a flush and, on x86_64, an IPI to each other CPU): the four policies
+/// together stay under a second at `--smp 4`. Below `lazy_max_pages`, so
+/// the lazy policies purge once, at the end; eager purges on every free.
+const TOTAL: u64 = 768;
 
 /// Policies run, each in its own slice of the window's second half.
 const POLICIES: usize = 4;
@@ -74,7 +74,7 @@ fn worker<P: PurgePolicy, F: FreeAreaSearch>(cpu: usize) {
     let t0 = arch::cycles();
     let (mut stale, mut errors) = (0, 0);
     let mut owner = stale_check::Owner::new(cpu);
-    for _ in 0..PER_CPU {
+    for _ in 0..TOTAL / arch::online() as u64 {
         if stale_check::stopped() {
             break;
         }
@@ -165,7 +165,7 @@ fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize)
     let leaked = (MEM[k].bytes_out() - vm.pagetable_bytes()) / ArchLayout::PAGE_SIZE;
     let sum = |a: &[AtomicU64; MAX]| a[..cpus].iter().map(|x| x.load(Relaxed)).sum::<u64>();
     let (stale, errors) = (sum(&STALE), sum(&ERRORS));
-    let n = cpus as u64 * PER_CPU;
+    let n = cpus as u64 * (TOTAL / cpus as u64);
     kprint!(
         "{{\"workload\":\"vmalloc-loop-smp\",\"arch\":\"{}\",\"cpus\":{cpus},\"policy\":\"{name}\",\"iterations\":{n},\"pages\":{PAGES},\"wall_cycles\":{wall},\"cycles_per_cpu\":[",
         arch::NAME

@@ -23,7 +23,7 @@ use slub_core::{CacheFlags, KmemCache};
 /// Pairs per CPU and objects each CPU hands on, scaled down for emulation
 /// (each front's run stays well under a second at `--smp 4`).
 const PAIRS: u64 = 2000;
-const REMOTE: u64 = 1000;
+const REMOTE: u64 = 400;
 /// Object size, and mailbox slots per CPU.
 const SIZE: usize = 64;
 const SLOTS: usize = 16;

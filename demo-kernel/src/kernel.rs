@@ -11,11 +11,15 @@
 
 mod fault_test;
 mod munmap;
+mod policy_loop;
+mod slab_smp;
 mod slab_test;
 mod smp_loop;
 mod stale_check;
+mod test_vmalloc;
 pub mod tick_batch;
 mod vmalloc_loop;
+mod zap_smp;
 
 use crate::arch;
 use crate::frames::{self, Frames};
@@ -190,8 +194,11 @@ pub fn kernel_main() -> ! {
 
     let vm = vmalloc_loop::run();
     slab_test::run();
-    munmap::run();
+    zap_smp::run(&vm);
+    slab_smp::run();
     smp_loop::run(&vm);
+    policy_loop::run();
+    test_vmalloc::run();
     check(
         ALLOC.served() > 0,
         format_args!("slub-core served no allocation"),
@@ -206,7 +213,7 @@ pub fn kernel_main() -> ! {
 
     let (pages, full) = arch::tlb_counts();
     kprint!(
-        "{{\"workload\":\"tlb-instructions\",\"arch\":\"{}\",\"page_invalidations\":{pages},\"full_invalidations\":{full}}}\n",
+        "{{\"workload\":\"tlb-instructions\",\"arch\":\"{}\",\"cpus\":{cpus},\"page_invalidations\":{pages},\"full_invalidations\":{full}}}\n",
         arch::NAME
     );
     let failed = FAILED.load(Relaxed);

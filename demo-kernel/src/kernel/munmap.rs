@@ -8,11 +8,16 @@
 //! is written and read through the MMU, then one `zap_range` clears the
 //! whole range. The checks: nothing translates afterwards, every table page
 //! the walker added went back (`leaked_tables`), every frame went back.
+//!
+//! `zap_smp.rs` runs it on CPU 0 while the other CPUs keep allocating:
+//! the frame checks then count only this case's frames (`Counted`), since
+//! the global count moves under the other CPUs.
 
 use super::{check, kprint, tlb_delta};
 use crate::arch;
 use crate::frames::{self, Frames};
-use arch_api::{FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, VirtAddr};
+use arch_api::{FrameError, FrameSource, MapFlags, PageTableLayout, PhysAddr, PhysMap, VirtAddr};
+use core::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use zap_walker::{BreakInfo, Gather, Walker, WorkBudget};
 
 /// The range: 1 TiB, so a walk that scanned empty entries would visit
@@ -22,36 +27,71 @@ const SIZE: u64 = 1 << 40;
 /// (8 pages' worth, `CONFIG_PREEMPT`) breaks several times.
 const TOUCH_PAGES: u64 = 64;
 
-/// Runs the case and prints its JSON line.
-pub fn run() {
+/// The kernel's frames, counting what this case holds: with other CPUs
+/// allocating, the global in-use count says nothing about this case.
+struct Counted(AtomicI64);
+
+static COUNTED: Counted = Counted(AtomicI64::new(0));
+
+impl FrameSource for Counted {
+    fn granule(&self) -> u64 {
+        Frames.granule()
+    }
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let f = Frames.alloc(size, align)?;
+        self.0.fetch_add((size / Frames.granule()) as i64, Relaxed);
+        Ok(f)
+    }
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        Frames.free(addr, size)?;
+        self.0.fetch_sub((size / Frames.granule()) as i64, Relaxed);
+        Ok(())
+    }
+    fn phys_range(&self) -> Option<core::ops::Range<PhysAddr>> {
+        Frames.phys_range()
+    }
+}
+
+impl PhysMap for Counted {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        Frames.phys_to_ptr(addr)
+    }
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        Frames.ptr_to_phys(ptr)
+    }
+}
+
+/// Runs the case and prints its JSON line; `alone` when no other CPU
+/// allocates meanwhile (the global frame count must then come back too).
+pub fn run(alone: bool) {
     let ps = arch::Layout::PAGE_SIZE;
     let base = arch::VMALLOC_END;
     let frames_at_start = frames::in_use();
+    let counted_at_start = COUNTED.0.load(Relaxed);
     let root = PhysAddr::new(arch::kernel_root(base).as_u64());
     // SAFETY: `root` is the live kernel table translating the range, in
     // identity-mapped RAM; nothing else writes inside the range, and the
     // walker is dropped before the function returns.
     let attached = unsafe {
         Walker::attach(
-            &Frames,
+            &COUNTED,
             root,
             VirtAddr::new(base)..VirtAddr::new(base + SIZE),
         )
     };
-    let mut w: Walker<'static, arch::Layout, Frames> = match attached {
+    let mut w: Walker<'static, arch::Layout, Counted> = match attached {
         Ok(w) => w,
         Err(e) => {
             check(false, format_args!("munmap: walker setup: {e:?}"));
             return;
         }
     };
-    let frames_before_maps = frames::in_use();
     let mut placed = [(0u64, PhysAddr::new(0)); TOUCH_PAGES as usize];
     for (k, slot) in placed.iter_mut().enumerate() {
         // Spread out, and off the big boundaries, so each lands in its own tables.
         let va = base + k as u64 * (SIZE / TOUCH_PAGES) + (k as u64 + 1) * 0x20_1000;
         let va = va & !(ps - 1);
-        let frame = match Frames.alloc(ps, ps) {
+        let frame = match COUNTED.alloc(ps, ps) {
             Ok(f) => f,
             Err(e) => {
                 check(false, format_args!("munmap: out of frames: {e:?}"));
@@ -61,7 +101,7 @@ pub fn run() {
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
         if let Err(e) = w.map_range(VirtAddr::new(va), zap_walker::Frames::List(&[frame]), flags) {
             check(false, format_args!("munmap: map {va:#x}: {e:?}"));
-            let _ = Frames.free(frame, ps);
+            let _ = COUNTED.free(frame, ps);
             return;
         }
         *slot = (va, frame);
@@ -113,10 +153,11 @@ pub fn run() {
     // Dropping an attached walker leaves the kernel's table and returns its
     // side store of counts.
     drop(w);
-    let leaked_frames = frames::in_use() - frames_before_maps;
+    let leaked_frames = COUNTED.0.load(Relaxed) - counted_at_start;
     kprint!(
-        "{{\"workload\":\"munmap\",\"arch\":\"{}\",\"size\":{SIZE},\"budget\":\"work\",\"repeat\":1,\"touch_pages\":{TOUCH_PAGES},\"wall_cycles\":{cycles},\"entries_visited\":{},\"lock_breaks\":{},\"max_work_between_breaks\":{},\"budget_units\":{},\"leaked_tables\":{leaked_tables},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
+        "{{\"workload\":\"munmap\",\"arch\":\"{}\",\"cpus\":{},\"size\":{SIZE},\"budget\":\"work\",\"repeat\":1,\"touch_pages\":{TOUCH_PAGES},\"wall_cycles\":{cycles},\"entries_visited\":{},\"lock_breaks\":{},\"max_work_between_breaks\":{},\"budget_units\":{},\"leaked_tables\":{leaked_tables},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
         arch::Layout::NAME,
+        arch::online(),
         st.entries_visited,
         st.lock_breaks,
         st.max_work_between_breaks,
@@ -154,7 +195,7 @@ pub fn run() {
         format_args!("munmap: the zap issued no TLB invalidation"),
     );
     check(
-        frames::in_use() == frames_at_start,
+        !alone || frames::in_use() == frames_at_start,
         format_args!(
             "munmap: {} frames in use after dropping the walker, {frames_at_start} before",
             frames::in_use()

@@ -21,7 +21,7 @@ pub fn run() {
     let mut ptrs: Vec<*mut u8> = Vec::with_capacity(COUNT);
     let mut violations = 0u64;
     kprint!(
-        "{{\"workload\":\"slab-test\",\"arch\":\"{}\",\"results\":[{{\"allocator\":\"slub\",\"count\":{COUNT},\"sizes\":[",
+        "{{\"workload\":\"slab-test\",\"arch\":\"{}\",\"cpus\":1,\"results\":[{{\"allocator\":\"slub\",\"count\":{COUNT},\"sizes\":[",
         arch::NAME
     );
     for (k, &size) in SIZES.iter().enumerate() {

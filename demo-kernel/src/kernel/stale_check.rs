@@ -24,11 +24,19 @@
 //! grow, so a republished slot never matches a word read before.
 
 use super::kprint;
-use super::vmalloc_loop::{KernelVmalloc, PAGES};
+use super::vmalloc_loop::PAGES;
 use crate::arch::{self, Layout as ArchLayout};
 use crate::frames::Frames;
+use crate::platform::DemoKernel;
 use arch_api::{PageTableLayout, PhysMap, VirtAddr};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use vmap_core::VmapNodes;
+use vmap_lazy::{NodeLazy, PurgePolicy, Vmalloc};
+
+/// Any of the kernel's vmallocs: the shared one and each policy's own
+/// (their windows all lie inside `VMALLOC_START..VMALLOC_END`, which the
+/// slot words index).
+type AnyVmalloc<P, N> = Vmalloc<'static, DemoKernel, P, N>;
 
 /// CPUs the table has rows for.
 pub const MAX: usize = 8;
@@ -84,7 +92,10 @@ fn unpack(word: u64) -> (u64, u64) {
 }
 
 /// Reads the word at `va` through the frame vmalloc's tables map there.
-fn through_direct_map(vm: &KernelVmalloc, va: u64) -> Option<u64> {
+fn through_direct_map<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+    vm: &AnyVmalloc<P, N>,
+    va: u64,
+) -> Option<u64> {
     vm.vmalloc_to_phys(VirtAddr::new(va)).map(|pa| {
         let p = Frames.phys_to_ptr(pa) as *const u64;
         // SAFETY: the frame of a mapped vmalloc page, identity-mapped RAM;
@@ -107,7 +118,13 @@ fn report(cpu: usize, va: u64, owner: usize, generation: u64, expected: u64, fou
 
 /// Checks every page of the area at `va` against its stamp; returns the
 /// stale pages.
-fn check_area(vm: &KernelVmalloc, me: usize, owner: usize, generation: u64, va: u64) -> u64 {
+fn check_area<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+    vm: &AnyVmalloc<P, N>,
+    me: usize,
+    owner: usize,
+    generation: u64,
+    va: u64,
+) -> u64 {
     let mut stale = 0;
     for p in 0..PAGES {
         let page = va + p * ArchLayout::PAGE_SIZE;
@@ -146,7 +163,11 @@ impl Owner {
     /// the stamps both ways, and publishes it in place of the oldest area,
     /// which is freed once no reader is left in it. Returns (stale pages,
     /// vfree errors).
-    pub fn publish(&mut self, vm: &KernelVmalloc, va: VirtAddr) -> (u64, u64) {
+    pub fn publish<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+        &mut self,
+        vm: &AnyVmalloc<P, N>,
+        va: VirtAddr,
+    ) -> (u64, u64) {
         self.generation += 1;
         let generation = self.generation;
         let index = (va.as_u64() - arch::VMALLOC_START) / ArchLayout::PAGE_SIZE;
@@ -170,7 +191,11 @@ impl Owner {
     }
 
     /// Unpublishes and frees slot `i`'s area, if any; returns vfree errors.
-    fn retire(&self, vm: &KernelVmalloc, i: usize) -> u64 {
+    fn retire<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+        &self,
+        vm: &AnyVmalloc<P, N>,
+        i: usize,
+    ) -> u64 {
         let slot = &TABLE[self.cpu][i];
         let word = slot.word.swap(0, Ordering::SeqCst);
         if word == 0 {
@@ -184,14 +209,20 @@ impl Owner {
     }
 
     /// Frees every area still published; returns vfree errors.
-    pub fn retire_all(&self, vm: &KernelVmalloc) -> u64 {
+    pub fn retire_all<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+        &self,
+        vm: &AnyVmalloc<P, N>,
+    ) -> u64 {
         (0..RING).map(|i| self.retire(vm, i)).sum()
     }
 }
 
 /// Reads every area the other online CPUs have published; returns the
 /// stale pages seen.
-pub fn read_others(vm: &KernelVmalloc, me: usize) -> u64 {
+pub fn read_others<P: PurgePolicy, N: VmapNodes<Lazy = NodeLazy>>(
+    vm: &AnyVmalloc<P, N>,
+    me: usize,
+) -> u64 {
     let mut stale = 0;
     for (owner, row) in TABLE.iter().enumerate().take(arch::online().min(MAX)) {
         if owner == me {

@@ -25,6 +25,23 @@ pub type KernelVmalloc = Vmalloc<'static, DemoKernel>;
 
 pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 
+/// The end of the kernel's vmalloc: the first half of the arch window. The
+/// second half is cut in `SLICES` slices (`window_slice`), one per vmalloc
+/// the SMP workloads attach, so no two attached vmallocs ever write entries
+/// in the same range (tables an attached vmalloc added stay after it).
+pub(super) const MAIN_END: u64 =
+    arch::VMALLOC_START + (arch::VMALLOC_END - arch::VMALLOC_START) / 2;
+/// Slices of the window's second half: 0..4 the purge policies'
+/// (`policy_loop`), 4 and 5 test-vmalloc's fronts.
+const SLICES: u64 = 8;
+
+/// `[start, end)` of slice `k` of the window's second half.
+pub(super) fn window_slice(k: usize) -> (u64, u64) {
+    let size = (arch::VMALLOC_END - MAIN_END) / SLICES;
+    let start = MAIN_END + k as u64 * size;
+    (start, start + size)
+}
+
 /// Sets vmalloc up over the window of the kernel's live table, runs the loop
 /// and returns it (it stays the kernel's vmalloc). The policy is the
 /// harness's `augmented`: vmap-core's augmented free tree with
@@ -33,7 +50,7 @@ pub(super) static VMEM: VmallocMem<'static, Frames> = VmallocMem::new(&Frames);
 pub fn run() -> KernelVmalloc {
     let window = match OneSpace::<DemoKernel>::new(
         VirtAddr::new(arch::VMALLOC_START),
-        VirtAddr::new(arch::VMALLOC_END),
+        VirtAddr::new(MAIN_END),
         arch::Layout::PAGE_SIZE,
     ) {
         Ok(w) => w,
@@ -182,7 +199,7 @@ fn small_purge(vm: &KernelVmalloc) {
     }
     vm.purge_vmap_area_lazy();
     kprint!(
-        "{{\"workload\":\"vmalloc-small-purge\",\"arch\":\"{}\",\"areas\":{AREAS},\"pages\":{PAGES},\"tlb_pages_flushed\":{flushed},\"stale_tlb_violations\":{stale},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
+        "{{\"workload\":\"vmalloc-small-purge\",\"arch\":\"{}\",\"cpus\":1,\"areas\":{AREAS},\"pages\":{PAGES},\"tlb_pages_flushed\":{flushed},\"stale_tlb_violations\":{stale},\"tlbi_page_instructions\":{tlb_pages},\"tlbi_full_instructions\":{tlb_full}}}\n",
         arch::NAME,
     );
     check(

@@ -1,10 +1,7 @@
-//! Masking IRQs on this CPU (`DAIF.I`), and the IRQ-safe spinlock built on
-//! it: the family's locks and the frame bitmap are taken from the timer
-//! interrupt (it allocates), so a lock held with IRQs open could be wanted
-//! again by an interrupt on the same CPU and never be released.
+//! Masking IRQs on this CPU (`DAIF.I`): what the IRQ-safe spinlock
+//! (`irq_lock.rs`) and `pin` build on.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 /// Masks IRQs, returning the previous `DAIF`.
 #[inline(always)]
@@ -54,72 +51,7 @@ impl Drop for IrqGuard {
     }
 }
 
-/// A test-and-set spinlock that masks IRQs on the holding CPU
-/// (`spin_lock_irqsave`). The mask is counted per CPU (`Area::locks_held`):
-/// the first lock a CPU takes saves its `DAIF`, the last one it releases
-/// restores it, so locks may be released in any order without opening IRQs
-/// while another lock is still held.
-pub struct IrqSpinLock {
-    locked: AtomicBool,
-}
-
-// SAFETY: `lock` returns only once this CPU flipped `locked` from false to
-// true with Acquire, `unlock` stores false with Release: one holder at a
-// time, and the holder's accesses are ordered before the next holder's.
-// IRQs stay masked on a CPU while it holds any of these locks.
-unsafe impl lock_api::RawMutex for IrqSpinLock {
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self {
-        locked: AtomicBool::new(false),
-    };
-    type GuardMarker = lock_api::GuardNoSend;
-
-    fn lock(&self) {
-        enter();
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            while self.locked.load(Ordering::Relaxed) {
-                core::hint::spin_loop();
-            }
-        }
-    }
-
-    fn try_lock(&self) -> bool {
-        enter();
-        let got = self
-            .locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok();
-        if !got {
-            leave();
-        }
-        got
-    }
-
-    unsafe fn unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-        leave();
-    }
-}
-
-/// Masks IRQs and counts one more lock held by this CPU; the first saves
-/// the `DAIF` to restore.
-fn enter() {
-    let daif = save_and_mask();
-    let me = super::percpu::this_cpu();
-    // Relaxed: only this CPU touches its counters, with IRQs masked.
-    if me.locks_held.fetch_add(1, Ordering::Relaxed) == 0 {
-        me.locks_daif.store(daif, Ordering::Relaxed);
-    }
-}
-
-/// Counts one lock fewer; the last one restores the saved `DAIF`.
-fn leave() {
-    let me = super::percpu::this_cpu();
-    if me.locks_held.fetch_sub(1, Ordering::Relaxed) == 1 {
-        restore(me.locks_daif.load(Ordering::Relaxed));
-    }
-}
+/// Nothing to do while spinning for a lock with IRQs masked: TLB
+/// invalidation is broadcast by the hardware (`tlbi …is`), no IPI to serve.
+#[inline(always)]
+pub fn while_spinning() {}

@@ -13,6 +13,8 @@ mod boot;
 mod dtb;
 mod gic;
 mod irq;
+#[path = "../irq_lock.rs"]
+mod irq_lock;
 mod percpu;
 mod smp;
 mod tick;
@@ -27,7 +29,7 @@ mod wx_test;
 use arch_api::PhysAddr;
 use core::arch::asm;
 
-pub use irq::IrqSpinLock as Lock;
+pub use irq_lock::IrqSpinLock as Lock;
 pub use percpu::PerCpu as Cpu;
 pub use smp::{online, run_on_all, start_secondaries};
 

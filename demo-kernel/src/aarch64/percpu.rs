@@ -38,7 +38,7 @@ pub struct Area {
     pub irq_bad: AtomicU64,
     /// `IrqSpinLock`s this CPU holds, and the `DAIF` the first one saved.
     pub locks_held: AtomicU64,
-    pub locks_daif: AtomicU64,
+    pub locks_saved: AtomicU64,
 }
 
 /// Offsets the assembly uses.
@@ -59,7 +59,7 @@ impl Area {
             irq_allocs: AtomicU64::new(0),
             irq_bad: AtomicU64::new(0),
             locks_held: AtomicU64::new(0),
-            locks_daif: AtomicU64::new(0),
+            locks_saved: AtomicU64::new(0),
         }
     }
 }

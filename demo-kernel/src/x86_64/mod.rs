@@ -40,6 +40,8 @@ mod gdt;
 mod idt;
 mod irq;
 mod irq_entry;
+#[path = "../irq_lock.rs"]
+mod irq_lock;
 mod paging;
 mod percpu;
 mod port;
@@ -61,7 +63,7 @@ use core::sync::atomic::Ordering;
 pub use exit::exit;
 pub use tlb::{Tlb, tlb};
 
-pub use irq::IrqSpinLock as Lock;
+pub use irq_lock::IrqSpinLock as Lock;
 pub use percpu::PerCpu as Cpu;
 
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).

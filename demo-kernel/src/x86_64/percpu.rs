@@ -46,7 +46,7 @@ pub struct Area {
     pub ipis_received: AtomicU64,
     /// `IrqSpinLock`s this CPU holds, and the RFLAGS the first one saved.
     pub locks_held: AtomicU64,
-    pub locks_rflags: AtomicU64,
+    pub locks_saved: AtomicU64,
 }
 
 /// Offset of `stack_top`, for the AP entry's assembly.
@@ -69,7 +69,7 @@ impl Area {
             ipis_sent: AtomicU64::new(0),
             ipis_received: AtomicU64::new(0),
             locks_held: AtomicU64::new(0),
-            locks_rflags: AtomicU64::new(0),
+            locks_saved: AtomicU64::new(0),
         }
     }
 }

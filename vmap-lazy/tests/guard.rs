@@ -155,6 +155,10 @@ fn bad_requests_change_nothing() {
 /// Story 1's loop with and without guard pages: the guards take address
 /// space, not page tables, and the checker finds no stale range either way.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "2 x 3000 loop iterations: too slow under miri; covered natively"
+)]
 fn guards_cost_address_space_not_page_tables() {
     let run = |flags: VmFlags| {
         let arena = arena(8 << 20);

@@ -127,6 +127,10 @@ fn nowait_never_purges() {
 /// NOWAIT areas go through the stale-TLB checker as any other: no range is
 /// handed out while a CPU may still translate it, on either front.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "2 fronts x 3000 rounds: too slow under miri; covered natively"
+)]
 fn nowait_hands_out_no_stale_range() {
     fn churn<N: VmapNodes<Lazy = NodeLazy>>(nodes: N) {
         let arena = arena(8 << 20);

@@ -13,6 +13,25 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
+/// Interrupts masked on this CPU until drop (`local_irq_save` /
+/// `local_irq_restore`): `pin`'s guard.
+pub struct IrqGuard(u64);
+
+impl IrqGuard {
+    /// Masks interrupts on this CPU.
+    #[inline(always)]
+    pub fn new() -> Self {
+        Self(super::irq::save_and_mask())
+    }
+}
+
+impl Drop for IrqGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        super::irq::restore(self.0);
+    }
+}
+
 /// A test-and-set spinlock that masks interrupts on the holding CPU.
 pub struct IrqSpinLock {
     locked: AtomicBool,

@@ -33,24 +33,6 @@ pub fn enable() {
     unsafe { asm!("msr daifclr, #2", options(nostack)) };
 }
 
-/// IRQs masked until drop (`local_irq_save` / `local_irq_restore`).
-pub struct IrqGuard(u64);
-
-impl IrqGuard {
-    /// Masks IRQs on this CPU.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self(save_and_mask())
-    }
-}
-
-impl Drop for IrqGuard {
-    #[inline(always)]
-    fn drop(&mut self) {
-        restore(self.0);
-    }
-}
-
 /// Nothing to do while spinning for a lock with IRQs masked: TLB
 /// invalidation is broadcast by the hardware (`tlbi …is`), no IPI to serve.
 #[inline(always)]

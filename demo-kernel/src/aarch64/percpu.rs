@@ -7,7 +7,7 @@
 //! it started on until it returns, and the only thing that can interleave
 //! with it on that CPU is an interrupt (the timer tick, which allocates).
 
-use super::irq::IrqGuard;
+use super::irq_lock::IrqGuard;
 use arch_api::CpuLocal;
 use core::arch::asm;
 use core::cell::UnsafeCell;

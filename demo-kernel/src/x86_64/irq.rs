@@ -38,24 +38,6 @@ pub fn enable() {
     unsafe { asm!("sti", options(nostack)) };
 }
 
-/// IF clear until drop (`local_irq_save` / `local_irq_restore`).
-pub struct IrqGuard(u64);
-
-impl IrqGuard {
-    /// Clears IF on this CPU.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self(save_and_mask())
-    }
-}
-
-impl Drop for IrqGuard {
-    #[inline(always)]
-    fn drop(&mut self) {
-        restore(self.0);
-    }
-}
-
 /// While spinning for a lock with IF clear: the holder may be waiting, IF
 /// clear, for this CPU to acknowledge a TLB shootdown, which this CPU
 /// cannot take as an interrupt; serve it here.

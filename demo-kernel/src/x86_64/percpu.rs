@@ -9,7 +9,7 @@
 //! `this_cpu_off` trick). The kernel never preempts or migrates: the only
 //! thing that can interleave with code on a CPU is an interrupt on it.
 
-use super::irq::IrqGuard;
+use super::irq_lock::IrqGuard;
 use arch_api::CpuLocal;
 use core::arch::asm;
 use core::cell::UnsafeCell;

@@ -18,8 +18,8 @@
 //! reason a CPU spinning on an `IrqSpinLock` (IF clear) polls its mailbox:
 //! the holder may be a sender waiting for it.
 
+use super::apic;
 use super::percpu::{self, AREAS, MAX_CPUS};
-use super::{apic, irq};
 use arch_x86_64::tlb::Shootdown;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -47,7 +47,7 @@ pub fn shoot(req: &Shootdown) {
     }
     // IF clear while the request is out: this CPU's ICR writes and its
     // mailbox bookkeeping are not interleaved with its own handler's.
-    let _g = irq::IrqGuard::new();
+    let _g = super::irq_lock::IrqGuard::new();
     let me = percpu::this_cpu();
     let s = me.id;
     REQ[s].store(req as *const Shootdown as usize, Ordering::Relaxed);

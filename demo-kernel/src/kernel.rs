@@ -10,6 +10,7 @@
 //! `check failed: …` and 1.
 
 mod fault_test;
+pub mod guard_page;
 mod munmap;
 mod policy_loop;
 mod slab_smp;
@@ -192,11 +193,18 @@ pub fn kernel_main() -> ! {
         ),
     );
 
-    let vm = vmalloc_loop::run();
+    // The kernel's vmalloc lives as long as the kernel: 'static, so the
+    // fault path can look a faulting address up in it.
+    let vm: &'static vmalloc_loop::KernelVmalloc =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(vmalloc_loop::run()));
+    guard_page::register(vm);
+    if cfg!(feature = "guard-test") {
+        guard_page::run(vm);
+    }
     slab_test::run();
-    zap_smp::run(&vm);
+    zap_smp::run(vm);
     slab_smp::run();
-    smp_loop::run(&vm);
+    smp_loop::run(vm);
     policy_loop::run();
     test_vmalloc::run();
     check(
@@ -205,7 +213,7 @@ pub fn kernel_main() -> ! {
     );
 
     if cfg!(feature = "fault-test") {
-        fault_test::run(&vm);
+        fault_test::run(vm);
     }
 
     report_ticks(cpus);

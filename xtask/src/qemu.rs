@@ -1,10 +1,11 @@
-//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec]] [--timeout SECS]`:
+//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard]] [--timeout SECS]`:
 //! builds `demo-kernel` for the bare-metal target in release, boots it under
 //! `qemu-system-*` (`-smp N`, default 1) with a timeout, streams its console, and passes only if
 //! it printed `all checks passed` and exited with success — or, with
 //! `--fault-test`, if it reported a `fault:` and exited with the fault status — or, with
 //! `--fault-test=no-shootdown` (the build whose TLB flushes stay on the executing CPU), if it
-//! reported a `stale read:` and exited with the failure status.
+//! reported a `stale read:` and exited with the failure status — or, with `--fault-test=guard`
+//! (a write one byte past a vmalloc area), if it reported the fault and a `guard page hit`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -28,6 +29,8 @@ const PASS_LINE: &str = "all checks passed";
 const FAULT_PREFIX: &str = "fault:";
 /// How smp-loop's cross-CPU stale check starts its report.
 const STALE_PREFIX: &str = "stale read:";
+/// How the fault path reports a fault on a vmalloc guard page.
+const GUARD_PREFIX: &str = "guard page hit:";
 
 /// One demo-kernel port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +113,9 @@ pub enum Mode {
     WxWrite,
     /// `--fault-test=wx-exec`: the kernel calls into .data; the fault must be reported.
     WxExec,
+    /// `--fault-test=guard`: a write one byte past a vmalloc area; the fault must be
+    /// reported as a guard page hit.
+    Guard,
 }
 
 impl Mode {
@@ -121,6 +127,7 @@ impl Mode {
             Mode::NoShootdown => Some("no-shootdown"),
             Mode::WxWrite => Some("wx-write-test"),
             Mode::WxExec => Some("wx-exec-test"),
+            Mode::Guard => Some("guard-test"),
         }
     }
 
@@ -132,12 +139,16 @@ impl Mode {
             Mode::NoShootdown => " --fault-test=no-shootdown",
             Mode::WxWrite => " --fault-test=wx-write",
             Mode::WxExec => " --fault-test=wx-exec",
+            Mode::Guard => " --fault-test=guard",
         }
     }
 
     /// Whether the run must end in a reported fault (exit status 3).
     fn expects_fault(self) -> bool {
-        matches!(self, Mode::Fault | Mode::WxWrite | Mode::WxExec)
+        matches!(
+            self,
+            Mode::Fault | Mode::WxWrite | Mode::WxExec | Mode::Guard
+        )
     }
 }
 
@@ -168,9 +179,11 @@ pub struct QemuCli {
     /// and the kernel exit with status 3. `--fault-test=no-shootdown`: a build whose TLB
     /// flushes stay on the executing CPU must report a `stale read:` and exit with status 1.
     /// `--fault-test=wx-write` / `=wx-exec`: the kernel writes to its text / calls into its
-    /// data; W^X must make that a reported fault (status 3).
+    /// data; W^X must make that a reported fault (status 3). `--fault-test=guard`: the kernel
+    /// writes one byte past a vmalloc area; the fault must be reported as a `guard page hit:`
+    /// with the address and the area (status 3).
     #[arg(long, value_name = "KIND", num_args = 0..=1, require_equals = true,
-          value_parser = ["no-shootdown", "wx-write", "wx-exec"])]
+          value_parser = ["no-shootdown", "wx-write", "wx-exec", "guard"])]
     fault_test: Option<Option<String>>,
     /// Kill the boot after SECS seconds.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_S,
@@ -196,7 +209,8 @@ impl From<QemuCli> for QemuArgs {
                 Some(Some(kind)) => match kind.as_str() {
                     "wx-write" => Mode::WxWrite,
                     "wx-exec" => Mode::WxExec,
-                    // The value parser admits these three only.
+                    "guard" => Mode::Guard,
+                    // The value parser admits these four only.
                     _ => Mode::NoShootdown,
                 },
             },
@@ -206,7 +220,7 @@ impl From<QemuCli> for QemuArgs {
     }
 }
 
-/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec]] [--timeout SECS]` (the tests' way in).
+/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard]] [--timeout SECS]` (the tests' way in).
 #[cfg(test)]
 pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     #[derive(clap::Parser)]
@@ -248,6 +262,11 @@ pub fn verdict(port: &Port, mode: Mode, status: Option<i32>, output: &str) -> Re
         let flag = mode.flag().trim();
         if !faulted {
             return Err(format!("{flag}: the kernel reported no `fault:`"));
+        }
+        if mode == Mode::Guard && !output.lines().any(|l| l.starts_with(GUARD_PREFIX)) {
+            return Err(format!(
+                "{flag}: the fault was not reported as a `{GUARD_PREFIX}`"
+            ));
         }
         if status != port.fault_status {
             return Err(format!(
@@ -471,6 +490,9 @@ mod tests {
         let a = parse(&args(&["x86_64", "--fault-test=wx-exec"])).unwrap();
         assert_eq!(a.mode, Mode::WxExec);
         assert!(verdict(port("x86_64").unwrap(), a.mode, Some(7), "fault: #PF\n").is_ok());
+        let a = parse(&args(&["aarch64", "--fault-test=guard"])).unwrap();
+        assert_eq!(a.mode, Mode::Guard);
+        assert_eq!(a.mode.feature(), Some("guard-test"));
         assert!(
             verdict(
                 port("x86_64").unwrap(),
@@ -517,6 +539,26 @@ mod tests {
         assert!(
             verdict(arm, Mode::Fault, Some(1), fault).is_err(),
             "wrong status"
+        );
+    }
+
+    #[test]
+    fn guard_verdict_needs_the_guard_report() {
+        let arm = port("aarch64").unwrap();
+        let x86 = port("x86_64").unwrap();
+        let fault = "fault: CPU 0: vector 14 (#PF) at RIP 0x1, CR2 0xffff800000002000\n";
+        let hit = "guard page hit: CPU 0: address 0xffff800000002000 on the guard page of area \
+                   0xffff800000001000-0xffff800000002000 (1 pages)\n";
+        assert!(verdict(x86, Mode::Guard, Some(7), &format!("{fault}{hit}")).is_ok());
+        assert!(verdict(arm, Mode::Guard, Some(3), &format!("{fault}{hit}")).is_ok());
+        assert!(
+            verdict(x86, Mode::Guard, Some(7), fault).is_err(),
+            "a fault, but not on a guard page"
+        );
+        assert!(verdict(arm, Mode::Guard, Some(1), hit).is_err(), "no fault");
+        assert!(
+            verdict(arm, Mode::Guard, Some(0), "all checks passed\n").is_err(),
+            "the write went through"
         );
     }
 

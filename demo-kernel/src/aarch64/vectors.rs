@@ -175,5 +175,10 @@ extern "C" fn report(idx: u64) -> ! {
         class_name(ec),
         esr & 0x1ff_ffff,
     );
+    // FAR_EL1 holds the faulting address of a data abort (EC 0x24 from a
+    // lower EL, 0x25 from this one).
+    if ec == 0x24 || ec == 0x25 {
+        crate::kernel::guard_page::explain(super::percpu::this_cpu().id, far);
+    }
     super::exit(3)
 }

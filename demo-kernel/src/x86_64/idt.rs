@@ -233,5 +233,9 @@ extern "C" fn report(frame: &FaultFrame) -> ! {
         frame.error,
         frame.rsp,
     );
+    // CR2 holds the faulting linear address of a #PF (vector 14).
+    if frame.vector == 14 {
+        crate::kernel::guard_page::explain(cpu_for_report(), cr2);
+    }
     super::exit(3)
 }

@@ -169,6 +169,17 @@ pub fn kernel_main() -> ! {
         arch::kernel_root(0).as_u64(),
         frames::total(),
     );
+    match arch::check_va_flush_plan() {
+        Ok(0) => kprint!("tlb: ranges invalidated by {}\n", arch::va_flush().0),
+        Ok(n) => kprint!(
+            "tlb: ranges invalidated by {} ({n} range plans checked against the operands' decoding)\n",
+            arch::va_flush().0
+        ),
+        Err((start, pages)) => check(
+            false,
+            format_args!("tlb: the range plan for {pages} pages at {start:#x} is wrong"),
+        ),
+    }
     // Create the kmalloc caches now, before any CPU ticks: the tick
     // allocates, and a tick that cut into the global allocator's one-time
     // setup on the same CPU would spin on it for ever.
@@ -220,9 +231,20 @@ pub fn kernel_main() -> ! {
     report_ipis(cpus);
 
     let (pages, full) = arch::tlb_counts();
+    let (path, va_ops, range_ops) = arch::va_flush();
     kprint!(
-        "{{\"workload\":\"tlb-instructions\",\"arch\":\"{}\",\"cpus\":{cpus},\"page_invalidations\":{pages},\"full_invalidations\":{full}}}\n",
+        "{{\"workload\":\"tlb-instructions\",\"arch\":\"{}\",\"cpus\":{cpus},\"page_invalidations\":{pages},\"full_invalidations\":{full},\"va_flush_path\":\"{path}\",\"va_instructions\":{va_ops},\"range_instructions\":{range_ops}}}\n",
         arch::NAME
+    );
+    // The range path must have run, and saved instructions: the small
+    // purges and the policies' flushes cover several pages each.
+    check(
+        range_ops == 0 || va_ops < pages,
+        format_args!("tlb: {va_ops} by-VA instructions for {pages} pages on the range path"),
+    );
+    check(
+        !path.contains("rvae1is") || range_ops > 0,
+        format_args!("tlb: FEAT_TLBIRANGE present but no tlbi rvae1is issued"),
     );
     let failed = FAILED.load(Relaxed);
     if failed == 0 {

@@ -40,9 +40,18 @@
 //! * `pub type Tlb`: `arch_api::TlbFlush + Sync + Send + 'static` wrapping
 //!   `Aarch64Tlb` / `X86Tlb`: it issues the real instructions and counts
 //!   them; `pub fn tlb() -> Tlb` makes one (cheap, all share the counters).
-//! * `pub fn tlb_counts() -> (u64, u64)`: (per-page invalidations issued —
-//!   `tlbi vae1is` / `invlpg` —, full flushes — `tlbi vmalle1is` / CR3/CR4
-//!   or INVPCID —) since boot.
+//! * `pub fn tlb_counts() -> (u64, u64)`: (pages invalidated by VA — each
+//!   by its own `tlbi vae1is` / `invlpg`, or inside a `tlbi rvae1is` —,
+//!   full flushes — `tlbi vmalle1is` / CR3/CR4 or INVPCID —) since boot.
+//! * `pub fn va_flush() -> (&'static str, u64, u64)`: how ranges are
+//!   invalidated by VA (aarch64 with FEAT_TLBIRANGE: `tlbi rvae1is`, one
+//!   instruction per range; else one instruction per page), and the
+//!   (by-VA instructions, range instructions among them) since boot.
+//!   `pub fn check_va_flush_plan() -> Result<u64, (u64, u64)>`: checks the
+//!   range instructions' plan against their operands decoded by the
+//!   manual's formulas (the ranges checked, or the first `(start, pages)`
+//!   that failed): qemu flushes far more than a range TLBI names, so the
+//!   stale-TLB checks cannot catch a wrong operand.
 //! * `pub fn free_ram() -> (u64, u64)`: `[start, end)` physical, page
 //!   aligned: the RAM the kernel may hand out (after the image, the stack and
 //!   the boot tables). RAM is identity-mapped: a `PhysMap` offset of 0.

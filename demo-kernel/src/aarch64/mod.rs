@@ -21,6 +21,7 @@ mod tick;
 mod tlb;
 #[cfg(feature = "no-shootdown")]
 mod tlb_local;
+mod tlb_range;
 mod vectors;
 mod wx;
 #[path = "../wx_test.rs"]
@@ -38,7 +39,13 @@ pub use smp::{online, run_on_all, start_secondaries};
 pub fn tick_counts(cpu: usize) -> Option<(u64, u64, u64)> {
     Some(tick::counts(cpu))
 }
-pub use tlb::{Tlb, tlb, tlb_counts};
+pub use tlb::{Tlb, tlb, tlb_counts, va_flush};
+
+/// Checks the `tlbi rvae1is` plan against the operands' decoding (see
+/// `tlb_range::check_plan`): the ranges checked, or the first that failed.
+pub fn check_va_flush_plan() -> Result<u64, (u64, u64)> {
+    tlb_range::check_plan()
+}
 
 /// No shootdown IPIs: `tlbi vae1is` broadcasts in hardware.
 pub fn ipi_counts(_cpu: usize) -> Option<(u64, u64)> {

@@ -95,15 +95,16 @@ fn worker<P: PurgePolicy, F: FreeAreaSearch>(cpu: usize) {
 }
 
 /// Shootdown IPIs sent so far, all CPUs (x86_64), or the TLB instructions
-/// issued (aarch64: each is broadcast to every CPU by the `…is` form).
+/// issued (aarch64: each is broadcast to every CPU by the `…is` form; a
+/// `tlbi rvae1is` counts once, whatever pages it covers).
 fn cross_cpu_flushes(cpus: usize) -> u64 {
     if arch::ipi_counts(0).is_some() {
         (0..cpus)
             .map(|c| arch::ipi_counts(c).map_or(0, |x| x.0))
             .sum()
     } else {
-        let (p, f) = arch::tlb_counts();
-        p + f
+        let (_, f) = arch::tlb_counts();
+        arch::va_flush().1 + f
     }
 }
 
@@ -151,6 +152,7 @@ fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize)
     let reads0 = stale_check::cross_cpu_reads();
     let ipis0 = cross_cpu_flushes(cpus);
     let (tlb_p0, tlb_f0) = arch::tlb_counts();
+    let va0 = arch::va_flush().1;
     VM.store(&vm as *const PolicyVmalloc<P, F> as *mut (), Relaxed);
     ARRIVED.store(0, Relaxed);
     let t0 = arch::cycles();
@@ -159,6 +161,7 @@ fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize)
     VM.store(core::ptr::null_mut(), Relaxed);
     vm.purge_vmap_area_lazy();
     let (tlb_p1, tlb_f1) = arch::tlb_counts();
+    let va_ops = arch::va_flush().1 - va0;
     let ipis = cross_cpu_flushes(cpus) - ipis0;
     let reads = stale_check::cross_cpu_reads() - reads0;
     let st = vm.stats();
@@ -174,7 +177,7 @@ fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize)
         kprint!("{}{}", if c == 0 { "" } else { "," }, cycles.load(Relaxed));
     }
     kprint!(
-        "],\"purges\":{},\"tlb_flush_events\":{},\"tlb_pages_flushed\":{},\"tlbi_page_instructions\":{},\"tlbi_full_instructions\":{},\"{}\":{ipis},\"cross_cpu_area_reads\":{reads},\"stale_tlb_violations\":{stale},\"errors\":{errors},\"leaked_pages\":{leaked}}}\n",
+        "],\"purges\":{},\"tlb_flush_events\":{},\"tlb_pages_flushed\":{},\"tlbi_page_instructions\":{},\"tlbi_va_instructions\":{va_ops},\"tlbi_full_instructions\":{},\"{}\":{ipis},\"cross_cpu_area_reads\":{reads},\"stale_tlb_violations\":{stale},\"errors\":{errors},\"leaked_pages\":{leaked}}}\n",
         st.purges,
         st.flush_events,
         st.pages_flushed,

@@ -108,6 +108,18 @@ pub fn tlb_counts() -> (u64, u64) {
     tlb::counts()
 }
 
+/// How ranges are invalidated by VA, and the (by-VA instructions, range
+/// instructions among them) since boot: x86_64 has no range form, one
+/// `invlpg` per page.
+pub fn va_flush() -> (&'static str, u64, u64) {
+    ("invlpg per page", tlb::counts().0, 0)
+}
+
+/// Nothing to check: one `invlpg` per page (see aarch64's).
+pub fn check_va_flush_plan() -> Result<u64, (u64, u64)> {
+    Ok(0)
+}
+
 /// `[start, end)` physical, page aligned: the RAM after the image, its
 /// stacks and the kernel page tables, up to the end of that RAM range in the
 /// PVH memory map.

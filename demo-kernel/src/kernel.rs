@@ -19,6 +19,7 @@ mod smp_loop;
 mod stale_check;
 mod test_vmalloc;
 pub mod tick_batch;
+mod tick_cache;
 mod vmalloc_loop;
 mod zap_smp;
 

@@ -69,7 +69,12 @@
 //! * `pub fn cycles() -> u64`: a free-running counter (`cntvct_el0` / `rdtsc`).
 //!
 //! * `pub type Cpu`, `pub const CPU: Cpu`: the `CpuLocal` (aarch64:
-//!   `PerCpu` over `TPIDR_EL1`; x86_64: `PerCpu` over the GS base);
+//!   `PerCpu` over `TPIDR_EL1`; x86_64: `PerCpu` over the GS base) with
+//!   every CPU slot (8), for the kmalloc caches made before the other CPUs
+//!   are up; `pub fn cpus_online() -> Cpu`: the same over the CPUs online
+//!   (`nr_cpus` = `online()`), for what is made after bring-up (the
+//!   vmallocs: their per-CPU vmap blocks and their shootdown counts, `cpus
+//!   - 1` per flush, follow it);
 //!   `pub type Lock`: the raw lock (IRQ-safe, counted per CPU).
 //! * `pub fn start_secondaries() -> usize`, `pub fn online() -> usize`,
 //!   `pub fn run_on_all(f: fn(usize))`: bring the other CPUs up (PSCI /

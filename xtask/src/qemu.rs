@@ -1,11 +1,13 @@
-//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard]] [--timeout SECS]`:
+//! `cargo xtask qemu aarch64|x86_64 [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard|no-pin]] [--timeout SECS]`:
 //! builds `demo-kernel` for the bare-metal target in release, boots it under
 //! `qemu-system-*` (`-smp N`, default 1) with a timeout, streams its console, and passes only if
 //! it printed `all checks passed` and exited with success — or, with
 //! `--fault-test`, if it reported a `fault:` and exited with the fault status — or, with
 //! `--fault-test=no-shootdown` (the build whose TLB flushes stay on the executing CPU), if it
 //! reported a `stale read:` and exited with the failure status — or, with `--fault-test=guard`
-//! (a write one byte past a vmalloc area), if it reported the fault and a `guard page hit`.
+//! (a write one byte past a vmalloc area), if it reported the fault and a `guard page hit` — or,
+//! with `--fault-test=no-pin` (a `pin` guard that masks no interrupt), if a check failed or a
+//! fault was reported.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -116,6 +118,9 @@ pub enum Mode {
     /// `--fault-test=guard`: a write one byte past a vmalloc area; the fault must be
     /// reported as a guard page hit.
     Guard,
+    /// `--fault-test=no-pin`: `pin`'s guard masks nothing; the tick cutting into pinned
+    /// sections must make a check fail (or a fault).
+    NoPin,
 }
 
 impl Mode {
@@ -128,6 +133,7 @@ impl Mode {
             Mode::WxWrite => Some("wx-write-test"),
             Mode::WxExec => Some("wx-exec-test"),
             Mode::Guard => Some("guard-test"),
+            Mode::NoPin => Some("no-pin"),
         }
     }
 
@@ -140,6 +146,7 @@ impl Mode {
             Mode::WxWrite => " --fault-test=wx-write",
             Mode::WxExec => " --fault-test=wx-exec",
             Mode::Guard => " --fault-test=guard",
+            Mode::NoPin => " --fault-test=no-pin",
         }
     }
 
@@ -181,9 +188,10 @@ pub struct QemuCli {
     /// `--fault-test=wx-write` / `=wx-exec`: the kernel writes to its text / calls into its
     /// data; W^X must make that a reported fault (status 3). `--fault-test=guard`: the kernel
     /// writes one byte past a vmalloc area; the fault must be reported as a `guard page hit:`
-    /// with the address and the area (status 3).
+    /// with the address and the area (status 3). `--fault-test=no-pin`: `pin`'s guard masks no
+    /// interrupt; a check must fail (status 1) or a fault be reported (status 3).
     #[arg(long, value_name = "KIND", num_args = 0..=1, require_equals = true,
-          value_parser = ["no-shootdown", "wx-write", "wx-exec", "guard"])]
+          value_parser = ["no-shootdown", "wx-write", "wx-exec", "guard", "no-pin"])]
     fault_test: Option<Option<String>>,
     /// Kill the boot after SECS seconds.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT_S,
@@ -210,7 +218,8 @@ impl From<QemuCli> for QemuArgs {
                     "wx-write" => Mode::WxWrite,
                     "wx-exec" => Mode::WxExec,
                     "guard" => Mode::Guard,
-                    // The value parser admits these four only.
+                    "no-pin" => Mode::NoPin,
+                    // The value parser admits these five only.
                     _ => Mode::NoShootdown,
                 },
             },
@@ -220,7 +229,7 @@ impl From<QemuCli> for QemuArgs {
     }
 }
 
-/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard]] [--timeout SECS]` (the tests' way in).
+/// Parses `ARCH [--smp N] [--fault-test[=no-shootdown|wx-write|wx-exec|guard|no-pin]] [--timeout SECS]` (the tests' way in).
 #[cfg(test)]
 pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
     #[derive(clap::Parser)]
@@ -254,6 +263,22 @@ pub fn verdict(port: &Port, mode: Mode, status: Option<i32>, output: &str) -> Re
             return Err(format!(
                 "--fault-test=no-shootdown: qemu exited {status}, expected {} (kernel exit 1)",
                 port.failure_status
+            ));
+        }
+        return Ok(());
+    }
+    if mode == Mode::NoPin {
+        let failed = output.lines().any(|l| l.starts_with("check failed:"));
+        if passed || !(failed || faulted) {
+            return Err(
+                "--fault-test=no-pin: the broken pin guard went unnoticed (no failed check, no fault)"
+                    .to_string(),
+            );
+        }
+        if status != port.failure_status && status != port.fault_status {
+            return Err(format!(
+                "--fault-test=no-pin: qemu exited {status}, expected {} or {} (kernel exit 1 or 3)",
+                port.failure_status, port.fault_status
             ));
         }
         return Ok(());
@@ -560,6 +585,34 @@ mod tests {
             verdict(arm, Mode::Guard, Some(0), "all checks passed\n").is_err(),
             "the write went through"
         );
+    }
+
+    #[test]
+    fn no_pin_verdict_needs_a_failure() {
+        let arm = port("aarch64").unwrap();
+        let x86 = port("x86_64").unwrap();
+        let np = Mode::NoPin;
+        assert_eq!(
+            parse(&args(&["x86_64", "--smp", "4", "--fault-test=no-pin"]))
+                .unwrap()
+                .mode,
+            np
+        );
+        assert_eq!(np.feature(), Some("no-pin"));
+        let failed =
+            "check failed: slab-smp slab-smp-sheaves: 7 slabs, destroy: Err(..)\n1 checks failed\n";
+        assert!(verdict(arm, np, Some(1), failed).is_ok());
+        assert!(verdict(x86, np, Some(3), failed).is_ok());
+        assert!(verdict(x86, np, Some(7), "fault: CPU 0: vector 14 (#PF)\n").is_ok());
+        assert!(
+            verdict(arm, np, Some(0), "all checks passed\n").is_err(),
+            "unnoticed"
+        );
+        assert!(
+            verdict(arm, np, Some(1), "1 checks failed\n").is_err(),
+            "no check named"
+        );
+        assert!(verdict(arm, np, None, failed).is_err(), "a hang");
     }
 
     #[test]

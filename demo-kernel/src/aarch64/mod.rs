@@ -53,7 +53,13 @@ pub fn ipi_counts(_cpu: usize) -> Option<(u64, u64)> {
 }
 
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).
-pub const CPU: Cpu = percpu::PerCpu;
+pub const CPU: Cpu = percpu::PerCpu::ALL;
+
+/// The `CpuLocal` over the CPUs online (`nr_cpus` = `online()`), for what
+/// is made once they are all up.
+pub fn cpus_online() -> Cpu {
+    percpu::PerCpu::online()
+}
 
 /// The JSON `arch` key.
 pub const NAME: &str = "aarch64";

@@ -138,7 +138,14 @@ fn run_policy<P: PurgePolicy + Default, F: FreeAreaSearch>(name: &str, k: usize)
     // vmalloc ends at `MAIN_END`, each policy has its own slice), and the
     // table lives for ever.
     let vm: PolicyVmalloc<P, F> = match unsafe {
-        Vmalloc::attach(&MEM[k], root, window, arch::tlb(), arch::CPU, P::default())
+        Vmalloc::attach(
+            &MEM[k],
+            root,
+            window,
+            arch::tlb(),
+            arch::cpus_online(),
+            P::default(),
+        )
     } {
         Ok(vm) => vm,
         Err(e) => {

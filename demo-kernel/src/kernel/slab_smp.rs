@@ -1,6 +1,8 @@
 //! `slab-smp`: the slab allocator on every CPU at once, once per front
 //! (slub-core's tid fast path and the sheaves, `CacheFlags::SHEAVES`), on a
-//! cache of its own while the ticks allocate on the kmalloc caches:
+//! cache of its own, on which every CPU's tick allocates and frees too
+//! (`tick_cache.rs`: the interrupt meets the interrupted code on the same
+//! cache and CPU), while the ticks allocate on the kmalloc caches as well:
 //!
 //! 1. kmalloc pairs: each CPU allocates and frees one object `PAIRS` times
 //!    (the fast path, per-CPU state only);
@@ -132,15 +134,18 @@ fn print_list(key: &str, a: &[AtomicU64; MAX], cpus: usize) {
 
 fn run_front(name: &'static str, flags: CacheFlags) {
     let cpus = arch::online().min(MAX);
-    let mut cache = match KmemCache::<DemoKernel>::new(name, SIZE, 8, flags, Frames, arch::CPU) {
-        Ok(c) => c,
-        Err(e) => {
-            check(false, format_args!("slab-smp {name}: cache: {e:?}"));
-            return;
-        }
-    };
+    let mut cache =
+        match KmemCache::<DemoKernel>::new(name, SIZE, 8, flags, Frames, arch::cpus_online()) {
+            Ok(c) => c,
+            Err(e) => {
+                check(false, format_args!("slab-smp {name}: cache: {e:?}"));
+                return;
+            }
+        };
     CACHE.store(&mut cache, Ordering::Relaxed);
+    super::tick_cache::attach(&cache);
     arch::run_on_all(worker);
+    let (irq_allocs, irq_bad) = super::tick_cache::detach(&cache, cpus);
     CACHE.store(core::ptr::null_mut(), Ordering::Relaxed);
     let slabs = cache.nr_slabs();
     let destroyed = cache.destroy();
@@ -158,12 +163,21 @@ fn run_front(name: &'static str, flags: CacheFlags) {
     };
     let (bad, errors) = (sum(&BAD), sum(&ERRORS));
     kprint!(
-        ",\"pattern_violations\":{bad},\"errors\":{errors},\"slabs_before_destroy\":{slabs},\"destroyed\":{}}}\n",
+        ",\"pattern_violations\":{bad},\"errors\":{errors},\"irq_allocs\":{irq_allocs},\"irq_objects_overwritten\":{irq_bad},\"slabs_before_destroy\":{slabs},\"destroyed\":{}}}\n",
         destroyed.is_ok()
     );
     check(
         bad == 0 && errors == 0,
         format_args!("slab-smp {name}: {bad} bad stamps, {errors} errors"),
+    );
+    check(
+        irq_bad == 0,
+        format_args!("slab-smp {name}: {irq_bad} tick objects overwritten or refused"),
+    );
+    // The ticks ran on the cache (a tick is 1 ms; a front runs for tens).
+    check(
+        irq_allocs > 0 || arch::tick_counts(0).is_none(),
+        format_args!("slab-smp {name}: no tick allocated on the cache"),
     );
     check(
         destroyed.is_ok(),

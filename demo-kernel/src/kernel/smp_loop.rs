@@ -163,7 +163,7 @@ pub fn run(vm: &KernelVmalloc) {
         8,
         CacheFlags::empty(),
         Frames,
-        arch::CPU,
+        arch::cpus_online(),
     ) {
         Ok(c) => c,
         Err(e) => {

@@ -163,7 +163,7 @@ fn run_front<N: VmapNodes<Lazy = NodeLazy>>(name: &str, k: usize, nodes: N) {
             root,
             nodes,
             arch::tlb(),
-            arch::CPU,
+            arch::cpus_online(),
             LazyMaxPages,
         )
     } {

@@ -63,15 +63,22 @@ pub fn run() -> KernelVmalloc {
     // SAFETY: `root` is the live kernel table translating the window, in
     // identity-mapped RAM (`Frames`' direct map); nothing but this vmalloc
     // ever writes inside the window, and the table lives for ever.
-    let vm =
-        match unsafe { Vmalloc::attach(&VMEM, root, window, arch::tlb(), arch::CPU, LazyMaxPages) }
-        {
-            Ok(vm) => vm,
-            Err(e) => {
-                kprint!("check failed: vmalloc setup: {e:?}\n");
-                arch::exit(1)
-            }
-        };
+    let vm = match unsafe {
+        Vmalloc::attach(
+            &VMEM,
+            root,
+            window,
+            arch::tlb(),
+            arch::cpus_online(),
+            LazyMaxPages,
+        )
+    } {
+        Ok(vm) => vm,
+        Err(e) => {
+            kprint!("check failed: vmalloc setup: {e:?}\n");
+            arch::exit(1)
+        }
+    };
 
     let ps = arch::Layout::PAGE_SIZE;
     let mut stale = 0u64;

@@ -67,7 +67,13 @@ pub use irq_lock::IrqSpinLock as Lock;
 pub use percpu::PerCpu as Cpu;
 
 /// The kernel's `CpuLocal` value (`Platform::Cpu`).
-pub const CPU: Cpu = percpu::PerCpu;
+pub const CPU: Cpu = percpu::PerCpu::ALL;
+
+/// The `CpuLocal` over the CPUs online (`nr_cpus` = `online()`), for what
+/// is made once they are all up.
+pub fn cpus_online() -> Cpu {
+    percpu::PerCpu::online()
+}
 
 pub use smp::{online, run_on_all, start_secondaries};
 

@@ -162,10 +162,38 @@ pub fn this_cpu() -> &'static Area {
 /// The kernel's `CpuLocal` on x86_64: ids through the GS base, pinning by
 /// clearing RFLAGS.IF (see `EMBEDDING.md`, "The demo kernel on several
 /// CPUs").
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PerCpu;
+///
+/// A value carries its `nr_cpus`: [`PerCpu::ALL`] (every slot, for what is
+/// made before the other CPUs are up: the kmalloc caches) or
+/// [`PerCpu::online`] (the CPUs brought up, for what is made afterwards:
+/// the vmallocs, whose per-CPU blocks and shootdown counts follow it).
+#[derive(Clone, Copy, Debug)]
+pub struct PerCpu {
+    nr: usize,
+}
 
-// SAFETY: `nr_cpus` is a constant; `current_cpu` is the id of the CPU the
+impl PerCpu {
+    /// Every CPU slot, `MAX_CPUS`.
+    pub const ALL: Self = Self { nr: MAX_CPUS };
+
+    /// The CPUs online now; call it once they are all up (the kernel has
+    /// no hotplug, so the ids stay `0..online`).
+    pub fn online() -> Self {
+        Self {
+            nr: super::smp::online().clamp(1, MAX_CPUS),
+        }
+    }
+}
+
+impl Default for PerCpu {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+// SAFETY: `nr_cpus` is fixed per value, and every CPU that runs kernel
+// code has an id below it (`ALL`: every slot; `online`: made once every
+// CPU is up, ids 0..online, no hotplug); `current_cpu` is the id of the CPU the
 // `gs:`-relative load ran on, and since the kernel never preempts or
 // migrates, the caller stays on it until it returns; `pin`'s guard clears
 // IF (maskable interrupts — the tick and the shootdown IPI — are the only
@@ -180,7 +208,7 @@ unsafe impl CpuLocal for PerCpu {
     type Guard<'a> = IrqGuard;
 
     fn nr_cpus(&self) -> usize {
-        MAX_CPUS
+        self.nr
     }
 
     #[inline(always)]

@@ -69,8 +69,9 @@ pub(super) static MMU_REGS: MmuRegs = MmuRegs([const { AtomicU64::new(0) }; 5]);
 /// Cleans `[start, start + len)` from the data caches to the point of
 /// coherency (`dc cvac` per line, the line size from CTR_EL0.DminLine), so
 /// a CPU that reads it with its MMU and caches off (a secondary before its
-/// MMU is on) sees what this CPU wrote through its caches (Arm ARM, DDI
-/// 0487, data cache maintenance: DC CVAC cleans to the PoC).
+/// MMU is on) sees what this CPU wrote through its caches (Arm ARM DDI
+/// 0487 M.a, C5.3.25 "DC CVAC": clean by VA to the PoC; D7.5.9.2 "The
+/// data cache maintenance instruction (DC)").
 pub(super) fn clean_to_poc(start: u64, len: usize) {
     let ctr: u64;
     // SAFETY: reading CTR_EL0 has no side effects.
@@ -225,8 +226,10 @@ extern "C" fn boot_main() -> ! {
             ttbr0 = in(reg) ttbr0,
             ttbr1 = in(reg) ttbr1,
             // WXN: the hardware treats every writable mapping as
-            // execute-never (Arm ARM DDI 0487, SCTLR_EL1.WXN), a second line
-            // behind the tables' own W^X.
+            // execute-never (Arm ARM DDI 0487 M.a, D24.2.175 SCTLR_EL1, WXN
+            // bit [19]; D8.4.1.2.3 "Stage 1 instruction execution using
+            // Direct permissions"), a second line behind the tables' own
+            // W^X.
             set = in(reg) SCTLR_M | SCTLR_C | SCTLR_I | SCTLR_WXN,
             clr = in(reg) SCTLR_A,
             s = out(reg) sctlr,

@@ -8,9 +8,9 @@ use core::arch::asm;
 pub fn save_and_mask() -> u64 {
     let daif: u64;
     // SAFETY: reading DAIF and setting its I bit only changes whether this
-    // CPU takes IRQs. No ISB: the Arm ARM (DDI 0487, PSTATE / DAIF) says
-    // writes to PSTATE.{D, A, I, F} occur in program order without
-    // additional synchronization, so no IRQ is taken after this point.
+    // CPU takes IRQs. No ISB: the Arm ARM (DDI 0487 M.a, C5.1.3.3
+    // "Instructions for accessing the PSTATE fields") says writes to
+    // PSTATE occur in program order without additional synchronization, so no IRQ is taken after this point.
     unsafe {
         asm!("mrs {d}, daif", "msr daifset, #2", d = out(reg) daif, options(nostack));
     }

@@ -8,6 +8,9 @@
 //! reads the CPUs and the PSCI conduit from the DTB, `smp.rs` starts the
 //! secondaries.
 //! The arch-module contract is in `main.rs`.
+//!
+//! Architecture rules are cited from the Arm ARM, DDI 0487 M.a (section
+//! numbers move between revisions; each citation gives the title too).
 
 mod boot;
 mod dtb;

@@ -35,8 +35,8 @@ demo_secondary_entry:
     // cleaned to the point of coherency before CPU_ON: read here with the
     // MMU and data cache off, i.e. from memory. The same values on every
     // CPU: shared Normal memory must be mapped with the same attributes
-    // and cacheability everywhere, or coherency is lost (Arm ARM DDI 0487,
-    // "Mismatched memory attributes"), and the walks must be cacheable on
+    // and cacheability everywhere, or coherency is lost (Arm ARM DDI 0487
+    // M.a, B2.11 "Mismatched memory attributes"), and the walks must be cacheable on
     // every CPU to see the tables the boot CPU wrote with its caches on.
     ldr     x1, ={regs}
     ldp     x2, x3, [x1]
@@ -46,8 +46,9 @@ demo_secondary_entry:
     msr     ttbr0_el1, x2
     msr     ttbr1_el1, x3
     isb
-    // No entry from before reset may be used: the Arm ARM (DDI 0487, TLB
-    // maintenance) leaves TLB contents out of reset to the implementation,
+    // No entry from before reset may be used: the Arm ARM (DDI 0487 M.a,
+    // D8.16.1 "TLB behavior at reset") leaves TLB contents out of reset to
+    // the implementation,
     // so invalidate before SCTLR_EL1.M is set.
     tlbi    vmalle1
     dsb     nsh

@@ -22,8 +22,8 @@ fn period() -> u64 {
 
 fn arm_timer() {
     // SAFETY: CNTV_TVAL_EL0 = the countdown to the next interrupt;
-    // CNTV_CTL_EL0 = ENABLE, IMASK clear (Arm ARM, DDI 0487, the Generic
-    // Timer: CNTV_CTL_EL0). Writing TVAL also clears the condition of a fired
+    // CNTV_CTL_EL0 = ENABLE, IMASK clear (Arm ARM DDI 0487 M.a, D12.2
+    // "The AArch64 view of the Generic Timer", D24.10.25 CNTV_CTL_EL0). Writing TVAL also clears the condition of a fired
     // level-sensitive timer interrupt.
     unsafe {
         asm!(

@@ -69,8 +69,8 @@ pub fn va_flush() -> (&'static str, u64, u64) {
 /// `dsb ish; isb` after, as `Aarch64Tlb` puts around its list).
 fn flush_by_range(list: impl Iterator<Item = (u64, u64, u64)>) {
     // SAFETY: a barrier: the table stores before it reach the walkers
-    // first (Arm ARM D8.17.8 "Ordering and completion of TLB maintenance
-    // instructions").
+    // first (Arm ARM DDI 0487 M.a, D8.17.8 "Ordering and completion of TLB
+    // maintenance instructions").
     unsafe { asm!("dsb ishst", options(nostack, preserves_flags)) };
     for (first, step, count) in list {
         let granules = count * (step / Layout::PAGE_SIZE);

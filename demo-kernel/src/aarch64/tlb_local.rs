@@ -3,9 +3,10 @@
 //! non-broadcast forms, `tlbi vae1` / `tlbi vmalle1`.
 //!
 //! A TLBI without the IS (Inner Shareable) qualifier applies only to the PE
-//! that executes it (Arm ARM, DDI 0487, D8.13 "TLB maintenance", and the
-//! TLBI VAE1 / VAE1IS and VMALLE1 / VMALLE1IS instruction descriptions: only
-//! the IS forms reach every PE of the Inner Shareable domain). qemu likewise flushes only the executing vCPU, so
+//! that executes it (Arm ARM DDI 0487 M.a, D8.17.5.4 "TLB maintenance
+//! instruction scope", D8.17.7 "Broadcast TLB maintenance", and the C5.5
+//! descriptions of TLBI VAE1 / VAE1IS and VMALLE1 / VMALLE1IS: only the IS
+//! forms reach every PE of the Inner Shareable domain). qemu likewise flushes only the executing vCPU, so
 //! the other CPUs keep the old translations, and smp-loop's cross-CPU stale
 //! check must report them.
 

@@ -123,7 +123,8 @@ unsafe extern "C" {
     pub(super) fn demo_vectors();
 }
 
-/// Vector groups, in table order (Arm ARM D1.10.2).
+/// Vector groups, in table order (Arm ARM DDI 0487 M.a, D1.4.1.6
+/// "Exception vectors": offsets from VBAR_EL1 per source and kind).
 const SOURCES: [&str; 4] = [
     "current EL, SP0",
     "current EL, SPx",

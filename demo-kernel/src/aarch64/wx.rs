@@ -57,8 +57,8 @@ fn image_page_flags(img: &Image, pa: u64) -> MapFlags {
 ///
 /// Every entry is written once, while the MMU is off and before any TLB can
 /// hold it, so no live entry changes here and break-before-make (Arm ARM
-/// DDI 0487, "Using break-before-make when updating translation table
-/// entries") has nothing to order; the later changes (vmalloc's leaves in
+/// DDI 0487 M.a, D8.17.1 "Using break-before-make when updating
+/// translation table entries") has nothing to order; the later changes (vmalloc's leaves in
 /// TTBR1, the fault test's cleared valid bit) go from or to invalid.
 pub(super) fn map_ram(l2: u64, l3: &[u64], mut set: impl FnMut(u64, usize, Descriptor4K)) {
     let img = image();
@@ -104,10 +104,10 @@ pub(super) fn map_ram(l2: u64, l3: &[u64], mut set: impl FnMut(u64, usize, Descr
 /// walks (TCR_EL1.IRGN/ORGN = write-back) and the kernel's own loads once
 /// the MMU is on look in the caches first: a line left there by earlier
 /// software or fetched speculatively would hide them. The Arm ARM (DDI
-/// 0487, "Behavior of caches at reset" and "Non-cacheable accesses and
-/// instruction caches" / data cache maintenance: DC IVAC invalidates to the
-/// PoC) requires software to invalidate such lines before it relies on
-/// cacheable reads of data written non-cacheably. Invalidate, not clean: a
+/// 0487 M.a, D7.5.6 "Behavior of caches at reset", D7.5.7 "Non-cacheable
+/// accesses and instruction caches", and C5.3.37 "DC IVAC": invalidate by
+/// VA to the PoC) requires software to invalidate such lines before it
+/// relies on cacheable reads of data written non-cacheably. Invalidate, not clean: a
 /// clean would write a stale dirty line over what was just stored.
 pub(super) fn invalidate_bss_to_poc() {
     // Only the symbols' addresses are taken; the linker script defines them.
@@ -132,8 +132,10 @@ pub(super) fn invalidate_bss_to_poc() {
     unsafe { asm!("dsb sy", options(nostack)) };
 }
 
-/// Descriptor bits the check reads (Arm ARM DDI 0487, "Stage 1 VMSAv8-64
-/// Block and Page descriptor fields"): AP[2] (read-only), PXN.
+/// Descriptor bits the check reads (Arm ARM DDI 0487 M.a, D8.3, Table
+/// D8-52 "Stage 1 VMSAv8-64 Block and Page descriptor fields"; their
+/// meaning for execution: D8.4.1.2.3 "Stage 1 instruction execution using
+/// Direct permissions"): AP[2] (read-only), PXN.
 const AP_RO: u64 = 1 << 7;
 const PXN: u64 = 1 << 53;
 

@@ -59,6 +59,17 @@ pub fn detach(cache: &KmemCache<DemoKernel>, cpus: usize) -> (u64, u64) {
     (ALLOCS[..cpus].iter().map(|a| a.load(SeqCst)).sum(), bad)
 }
 
+/// Waits (interrupts open) until a tick on `cpu` has allocated on the
+/// attached cache, or three ticks went by without one, so a front shorter
+/// than a tick still meets the tick; a port without ticks returns at once.
+pub fn wait_for_tick(cpu: usize) {
+    let ticks = |c| crate::arch::tick_counts(c).map(|t| t.0);
+    let Some(t0) = ticks(cpu) else { return };
+    while cpu < MAX && ALLOCS[cpu].load(SeqCst) == 0 && ticks(cpu).is_some_and(|t| t < t0 + 3) {
+        core::hint::spin_loop();
+    }
+}
+
 /// Checks and frees an object a tick on `cpu` kept (null: nothing);
 /// returns 1 if it was overwritten or `free` refused it.
 fn release(cache: &KmemCache<DemoKernel>, p: *mut u8, cpu: usize) -> u64 {

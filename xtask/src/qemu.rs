@@ -248,6 +248,11 @@ pub fn parse(args: &[String]) -> Result<QemuArgs, String> {
 pub fn verdict(port: &Port, mode: Mode, status: Option<i32>, output: &str) -> Result<(), String> {
     let passed = output.lines().any(|l| l.trim() == PASS_LINE);
     let faulted = output.lines().any(|l| l.starts_with(FAULT_PREFIX));
+    // A broken pin may leave a CPU spinning on a corrupted lock or list
+    // with interrupts masked: a hang is the broken build not passing too.
+    if mode == Mode::NoPin && status.is_none() && !passed {
+        return Ok(());
+    }
     let Some(status) = status else {
         return Err("qemu did not exit by itself (timeout or signal)".to_string());
     };
@@ -612,7 +617,11 @@ mod tests {
             verdict(arm, np, Some(1), "1 checks failed\n").is_err(),
             "no check named"
         );
-        assert!(verdict(arm, np, None, failed).is_err(), "a hang");
+        assert!(
+            verdict(arm, np, None, failed).is_ok(),
+            "a hang is caught too"
+        );
+        assert!(verdict(arm, np, None, "all checks passed\n").is_err());
     }
 
     #[test]

@@ -504,8 +504,8 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     // which smp-loop's cross-CPU stale check must catch, and on one CPU the
     // two W^X boots (a write to text, a call into data: each must fault)
     // and the guard-page boot (a write one byte past a vmalloc area must be
-    // reported as a guard page hit; issue 17), and at 4 CPUs the build whose
-    // `pin` guard masks no interrupt (a check must fail) (issue 16; 1 to 5 s each under TCG on 2 host cores).
+    // reported as a guard page hit; issue 17), and on x86_64 at 4 CPUs the
+    // build whose `pin` guard masks no interrupt (a check must fail) (issue 16; 1 to 5 s each under TCG on 2 host cores).
     const ONE_CPU: &[(&str, &[&str])] = &[
         ("default", &[]),
         ("fault-test", &["--fault-test"]),
@@ -520,10 +520,16 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             "smp4-no-shootdown",
             &["--smp", "4", "--fault-test=no-shootdown"],
         ),
-        ("smp4-no-pin", &["--smp", "4", "--fault-test=no-pin"]),
     ];
+    // The build whose `pin` masks nothing, on x86_64 only: caught in 13 of
+    // 13 boots there, but in 4 to 6 of 6 on aarch64, where qemu takes an
+    // interrupt only between translated blocks and a tick seldom lands
+    // inside a pinned section (`cargo xtask qemu aarch64 --smp 4
+    // --fault-test=no-pin` runs it by hand).
+    const X86_ONLY: &[(&str, &[&str])] = &[("smp4-no-pin", &["--smp", "4", "--fault-test=no-pin"])];
     for port in crate::qemu::PORTS {
-        for &(config, extra) in ONE_CPU.iter().chain(SMP4) {
+        let x86_only = if port.name == "x86_64" { X86_ONLY } else { &[] };
+        for &(config, extra) in ONE_CPU.iter().chain(SMP4).chain(x86_only) {
             let cmd = Cmd::new("cargo")
                 .args(["xtask", "qemu", port.name])
                 .args(extra.iter().copied());
@@ -691,7 +697,6 @@ mod tests {
                 "aarch64-unknown-none/smp4: cargo xtask qemu aarch64 --smp 4",
                 "aarch64-unknown-none/smp4-fault-test: cargo xtask qemu aarch64 --smp 4 --fault-test",
                 "aarch64-unknown-none/smp4-no-shootdown: cargo xtask qemu aarch64 --smp 4 --fault-test=no-shootdown",
-                "aarch64-unknown-none/smp4-no-pin: cargo xtask qemu aarch64 --smp 4 --fault-test=no-pin",
                 "x86_64-unknown-none/default: cargo xtask qemu x86_64",
                 "x86_64-unknown-none/fault-test: cargo xtask qemu x86_64 --fault-test",
                 "x86_64-unknown-none/wx-write: cargo xtask qemu x86_64 --fault-test=wx-write",

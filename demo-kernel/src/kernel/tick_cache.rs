@@ -59,15 +59,50 @@ pub fn detach(cache: &KmemCache<DemoKernel>, cpus: usize) -> (u64, u64) {
     (ALLOCS[..cpus].iter().map(|a| a.load(SeqCst)).sum(), bad)
 }
 
-/// Waits (interrupts open) until a tick on `cpu` has allocated on the
-/// attached cache, or three ticks went by without one, so a front shorter
-/// than a tick still meets the tick; a port without ticks returns at once.
-pub fn wait_for_tick(cpu: usize) {
+/// Ticks each CPU's churn must see allocate on the cache.
+const TICKS: u64 = 64;
+
+/// Allocates, stamps, checks and frees objects of `cache` on `cpu`
+/// (interrupts open) until [`TICKS`] of this CPU's ticks have allocated on
+/// it, or `TICKS + 3` ticks went by: the interrupted code is inside the
+/// cache's alloc and free much of the time, so without a working `pin`
+/// the ticks land in them (a port without ticks returns at once). Returns the objects found with
+/// another owner's bytes (0 unless `pin` is broken).
+pub fn churn_until_ticks(cpu: usize, cache: &KmemCache<DemoKernel>) -> u64 {
     let ticks = |c| crate::arch::tick_counts(c).map(|t| t.0);
-    let Some(t0) = ticks(cpu) else { return };
-    while cpu < MAX && ALLOCS[cpu].load(SeqCst) == 0 && ticks(cpu).is_some_and(|t| t < t0 + 3) {
-        core::hint::spin_loop();
+    let Some(t0) = ticks(cpu) else { return 0 };
+    let size = cache.object_size();
+    let mine = 0x40 | cpu as u8;
+    let mut bad = 0;
+    while cpu < MAX
+        && ALLOCS[cpu].load(SeqCst) < TICKS * BATCH as u64
+        && ticks(cpu).is_some_and(|t| t < t0 + TICKS + 3)
+    {
+        let Ok(p) = cache.alloc() else {
+            bad += 1;
+            continue;
+        };
+        // SAFETY: a fresh object of `size` bytes, this CPU's until the
+        // free below.
+        unsafe {
+            p.as_ptr().write_bytes(mine, size);
+            core::hint::spin_loop();
+            if core::slice::from_raw_parts(p.as_ptr(), size)
+                .iter()
+                .any(|&b| b != mine)
+            {
+                bad += 1;
+            }
+            bad += u64::from(cache.free(p).is_err());
+        }
+        // A stretch with interrupts open: with `pin` masking them inside
+        // alloc and free, a tick is taken only between calls, and a loop
+        // of nothing but calls would hold it off for long.
+        for _ in 0..64 {
+            core::hint::spin_loop();
+        }
     }
+    bad
 }
 
 /// Checks and frees an object a tick on `cpu` kept (null: nothing);

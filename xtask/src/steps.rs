@@ -521,8 +521,8 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             &["--smp", "4", "--fault-test=no-shootdown"],
         ),
     ];
-    // The build whose `pin` masks nothing, on x86_64 only: caught in 13 of
-    // 13 boots there, but in 4 to 6 of 6 on aarch64, where qemu takes an
+    // The build whose `pin` masks nothing, on x86_64 only: caught in 16 of
+    // 16 boots there, but in 23 of 32 on aarch64, where qemu takes an
     // interrupt only between translated blocks and a tick seldom lands
     // inside a pinned section (`cargo xtask qemu aarch64 --smp 4
     // --fault-test=no-pin` runs it by hand).

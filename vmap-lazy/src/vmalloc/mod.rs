@@ -21,6 +21,7 @@
 //! may be held while a node lock is taken, no other two at once.
 
 mod free;
+mod huge;
 mod inspect;
 mod nowait;
 mod ram;
@@ -277,7 +278,13 @@ where
         let align = align.max(K::Layout::PAGE_SIZE);
         let cpu = self.this_cpu();
         if flags.contains(VmFlags::NOWAIT) {
+            // Huge runs come from the frame source's slow path: not for a
+            // request that must not wait.
+            let flags = flags - VmFlags::HUGE;
             return self.try_vmalloc_nowait(cpu, pages, align, flags, caller);
+        }
+        if flags.contains(VmFlags::HUGE) {
+            return self.with_retry(|| self.try_vmalloc_huge(cpu, pages, align, flags, caller));
         }
         self.with_retry(|| self.try_vmalloc(cpu, pages, align, flags, caller))
     }
@@ -360,6 +367,8 @@ where
             state: AreaState::Live,
             flags: flags & VmFlags::AREA,
             spare: 0,
+            large_leaves: 0,
+            large_shift: 0,
         }
     }
 

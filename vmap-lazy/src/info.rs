@@ -83,3 +83,66 @@ pub fn vmallocinfo(areas: &[AreaInfo]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VmFlags;
+    use alloc::string::ToString;
+    use arch_api::VirtAddr;
+
+    fn area(pages: u64, flags: VmFlags, large: u32, shift: u8) -> AreaInfo {
+        AreaInfo {
+            start: VirtAddr::new(0x20_0000),
+            end: VirtAddr::new(0x20_0000 + pages * 4096),
+            pages,
+            caller: "f",
+            kind: AreaKind::Vmalloc,
+            state: AreaState::Live,
+            flags,
+            spare: 0,
+            large_leaves: large,
+            large_shift: shift,
+        }
+    }
+
+    #[test]
+    fn leaf_sizes_print_in_binary_units() {
+        let s = |b| LeafSize(b).to_string();
+        assert_eq!(
+            [
+                s(4096),
+                s(16 << 10),
+                s(2 << 20),
+                s(512 << 20),
+                s(1 << 30),
+                s(3)
+            ],
+            ["4K", "16K", "2M", "512M", "1G", "3"]
+        );
+    }
+
+    #[test]
+    fn huge_areas_list_their_leaves_by_size() {
+        let a = area(1027, VmFlags::HUGE, 2, 21);
+        assert_eq!(a.leaves(), ((2 << 20, 2), (4096, 3)));
+        assert_eq!(
+            InfoLine(&a).to_string(),
+            "0x0000000000200000-0x0000000000604000 4210688 f pages=1027 vmalloc huge leaves=2M:2,4K:3 guard=after"
+        );
+        // Asked for, none got: base pages only.
+        let b = area(3, VmFlags::HUGE | VmFlags::NO_GUARD, 0, 0);
+        assert!(
+            InfoLine(&b)
+                .to_string()
+                .ends_with("pages=3 vmalloc huge leaves=4K:3 guard=none")
+        );
+        // Not asked for: the line as before.
+        let c = area(3, VmFlags::empty(), 0, 0);
+        assert!(
+            InfoLine(&c)
+                .to_string()
+                .ends_with("pages=3 vmalloc guard=after")
+        );
+    }
+}

@@ -447,3 +447,49 @@ fn a_one_leaf_area_under_miri() {
     v.purge_vmap_area_lazy();
     assert_eq!(frames_out(&mem, &v), 0);
 }
+
+/// One area of a large leaf and two pages on layout `L`, whose large leaf
+/// is `span` bytes: mapped by one leaf of that size at level `LEVELS - 2`,
+/// freed whole.
+fn one_leaf_on<L: arch_api::PageTableLayout>(span: u64) {
+    let ps = L::PAGE_SIZE;
+    let arena = PhysArena::new(2 * span, ps).unwrap();
+    let mem = VmallocMem::new(&arena);
+    let tlb = arch_api::SoftTlb::new(CPUS, ps, arch_api::CostModel::FREE);
+    type KL<'a, L> = vmap_lazy::testing::Hosted<'a, L>;
+    let w = OneSpace::<KL<'_, L>>::new(VirtAddr::new(VSTART), VirtAddr::new(VSTART + 8 * span), ps)
+        .unwrap();
+    let v: Vmalloc<'_, KL<'_, L>> = Vmalloc::new(&mem, w, tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    let a = v.vmalloc_huge(span + 2 * ps).unwrap();
+    assert_eq!(a.as_u64() % span, 0, "{}", L::NAME);
+    let t = v.translate(VirtAddr::new(a.as_u64() + span - 1)).unwrap();
+    assert_eq!((t.size, t.level), (span, L::LEVELS - 2), "{}", L::NAME);
+    let tail = v.translate(VirtAddr::new(a.as_u64() + span)).unwrap();
+    assert_eq!(tail.size, ps);
+    let info = v.areas()[0];
+    assert_eq!(info.leaves(), ((span, 1), (ps, 2)));
+    let line = InfoLine(&info).to_string();
+    assert!(line.contains(" huge leaves="), "{line}");
+    v.vfree(a).unwrap();
+    v.purge_vmap_area_lazy();
+    assert_eq!(
+        mem.bytes_out(),
+        v.pagetable_bytes(),
+        "{}: nothing leaked",
+        L::NAME
+    );
+}
+
+#[test]
+fn each_layout_uses_its_own_large_leaf() {
+    one_leaf_on::<arch_x86_64::X86_64Pml4>(2 << 20);
+    one_leaf_on::<arch_x86_64::X86_64La57>(2 << 20);
+    one_leaf_on::<arch_aarch64::Aarch64Granule4K>(2 << 20);
+    one_leaf_on::<arch_aarch64::Aarch64Granule16K>(32 << 20);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "a 1 GiB arena: too large for miri")]
+fn the_64k_granule_maps_512_mib_leaves() {
+    one_leaf_on::<arch_aarch64::Aarch64Granule64K>(512 << 20);
+}

@@ -56,7 +56,17 @@ where
         self.vmalloc_with(size, K::Layout::PAGE_SIZE, VmFlags::HUGE, "vmalloc_huge")
     }
 
-    /// The `HUGE` path of [`vmalloc_with`](Self::vmalloc_with) (blocking).
+    /// The large leaf an area of `pages` pages is mapped with: `None`
+    /// when it is smaller than one, or the layout has none (base pages).
+    pub(super) fn huge_span(&self, pages: u64) -> Option<u64> {
+        large_leaf_size::<K::Layout>().filter(|&s| pages >= s / K::Layout::PAGE_SIZE)
+    }
+
+    /// The `HUGE` path of [`vmalloc_with`](Self::vmalloc_with) (blocking)
+    /// for an area of at least one large leaf ([`huge_span`](Self::huge_span)).
+    /// Kept out of line: small vmallocs should not pay for its code.
+    #[cold]
+    #[inline(never)]
     pub(super) fn try_vmalloc_huge(
         &self,
         cpu: usize,
@@ -66,15 +76,18 @@ where
         caller: &'static str,
     ) -> Result<VirtAddr, VmallocError> {
         let ps = K::Layout::PAGE_SIZE;
-        let span = match large_leaf_size::<K::Layout>() {
-            Some(s) if pages >= s / ps => s,
-            // Smaller than one large leaf, or none in the layout.
-            _ => return self.try_vmalloc(cpu, pages, align, flags, caller),
-        };
-        let area = match self.reserve(cpu, pages, align.max(span), flags) {
-            Err(e) if is_shortage(&e) && align < span => self.reserve(cpu, pages, align, flags)?,
-            r => r?,
-        };
+        let span = self.huge_span(pages).ok_or(VmallocError::ZeroSize)?;
+        // Aligned to the leaf if there is room, else as a plain area. One
+        // call site of `reserve` (it is inlined into each).
+        let mut area = Err(VmallocError::ZeroSize);
+        for a in [align.max(span), align] {
+            area = self.reserve(cpu, pages, a, flags);
+            match &area {
+                Err(e) if is_shortage(e) && a > align => continue,
+                _ => break,
+            }
+        }
+        let area = area?;
         let va = Self::mapped_start(&area, flags);
         let flush = |s: u64, e: u64| self.counters.flush(&self.tlb, s, e, ps);
         let got = match self.map.map_new_huge(va, pages, span, flush) {

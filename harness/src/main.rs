@@ -20,6 +20,7 @@ mod soak;
 mod test_vmalloc;
 mod unmap_dense;
 mod vfree_search;
+mod vmalloc_huge;
 mod vmalloc_loop;
 mod vmallocinfo;
 mod vmap_bench;
@@ -58,6 +59,9 @@ enum Command {
     UnmapDense(unmap_dense::UnmapDenseArgs),
     /// Story 1: N x (vmalloc k pages, touch, vfree) per purge/search policy.
     VmallocLoop(vmalloc_loop::VmallocLoopArgs),
+    /// One large area (64 MiB) vmalloc'd, touched and vfreed, base pages
+    /// against vmalloc_huge's large leaves: time and page-table bytes.
+    VmallocHuge(vmalloc_huge::VmallocHugeArgs),
     /// Story 4: Linux's test_vmalloc case list on the global lock or the
     /// sharded nodes, with real threads.
     TestVmalloc(test_vmalloc::TestVmallocArgs),
@@ -89,6 +93,7 @@ fn main() {
         Command::Munmap(a) => munmap::run(&cli.common, a),
         Command::UnmapDense(a) => unmap_dense::run(&cli.common, a),
         Command::VmallocLoop(a) => vmalloc_loop::run(&cli.common, a),
+        Command::VmallocHuge(a) => vmalloc_huge::run(&cli.common, a),
         Command::TestVmalloc(a) => test_vmalloc::run(&cli.common, a),
         Command::Vmallocinfo => vmallocinfo::run(&cli.common),
         Command::SlabTest(a) => slab_bench::slab_test(&cli.common, a),

@@ -1,11 +1,13 @@
 //! `harness vmallocinfo`: runs a short workload (vmallocs of several sizes,
-//! a no-guard area, a stack, a vmap of caller frames, a vm_map_ram mapping,
-//! some vfrees left lazy), then dumps the areas like Linux's
+//! a no-guard area, a stack, a huge area (`vmalloc_huge`: one large leaf
+//! and a tail of base pages), a vmap of caller frames, a vm_map_ram
+//! mapping, some vfrees left lazy), then dumps the areas like Linux's
 //! /proc/vmallocinfo, followed by the counters, so that every kind of line
 //! shows. `--json` gives `{"areas":[…],"counters":{…}}`; each area's
 //! `start`/`end`/`size` are the range printed (guard pages included),
 //! `mapped_start`/`mapped_end` the mapped part, `kind`, `guard` and `state`
-//! what the line says.
+//! what the line says; `huge` whether the area asked for large leaves and
+//! `leaves` its leaves by size (`[{"size":2097152,"count":1},…]`).
 
 use crate::cli::Common;
 use arch_api::{FrameSource, HostedCpus, MapFlags, PhysArena, SoftTlb, VirtAddr};
@@ -72,7 +74,8 @@ fn dump(common: &Common) -> Result<(), String> {
         .vmalloc_with(2 * PAGE, PAGE, VmFlags::NO_GUARD, "early_ioremap")
         .map_err(e)?;
     let stack = v.vmalloc_stack(4 * PAGE).map_err(e)?;
-    live.extend([early, stack]);
+    let huge = v.vmalloc_huge((2 << 20) + 2 * PAGE).map_err(e)?;
+    live.extend([early, stack, huge]);
     let areas = v.areas();
     let s = v.stats();
     let counters = json!({
@@ -85,12 +88,21 @@ fn dump(common: &Common) -> Result<(), String> {
         "nodes_visited_max": s.nodes_visited_max,
         "allocs": s.allocs,
         "frees": s.frees,
+        "huge_leaves": s.huge_leaves,
+        "huge_fallbacks": s.huge_fallbacks,
+        "pagetable_bytes_saved": s.pagetable_bytes_saved,
     });
     if common.json {
         let arr: Vec<_> = areas
             .iter()
             .map(|a| {
                 let (s, e) = a.reserved();
+                let ((ls, ln), (ps, pn)) = a.leaves();
+                let leaves: Vec<_> = [(ls, ln), (ps, pn)]
+                    .into_iter()
+                    .filter(|&(_, n)| n > 0)
+                    .map(|(size, count)| json!({"size": size, "count": count}))
+                    .collect();
                 json!({
                     "start": s.as_u64(),
                     "end": e.as_u64(),
@@ -101,6 +113,8 @@ fn dump(common: &Common) -> Result<(), String> {
                     "caller": a.caller,
                     "kind": a.kind.name(),
                     "guard": InfoLine(a).guard(),
+                    "huge": a.flags.contains(VmFlags::HUGE),
+                    "leaves": leaves,
                     "state": match a.state {
                         vmap_lazy::AreaState::Live => a.kind.name(),
                         vmap_lazy::AreaState::Lazy => "lazy",
@@ -114,8 +128,15 @@ fn dump(common: &Common) -> Result<(), String> {
             println!("{}", InfoLine(a));
         }
         println!(
-            "# purges={} flush_events={} pages_flushed={} ipis={} lazy_pages={} nodes_visited={}",
-            s.purges, s.flush_events, s.pages_flushed, s.ipis, s.lazy_pages, s.nodes_visited
+            "# purges={} flush_events={} pages_flushed={} ipis={} lazy_pages={} nodes_visited={} huge_leaves={} pagetable_bytes_saved={}",
+            s.purges,
+            s.flush_events,
+            s.pages_flushed,
+            s.ipis,
+            s.lazy_pages,
+            s.nodes_visited,
+            s.huge_leaves,
+            s.pagetable_bytes_saved
         );
     }
     // Tear down: nothing may be left behind.

@@ -87,6 +87,7 @@ fn all_quick_writes_the_report_json_and_one_titled_svg_per_chart() {
     let runs = file["runs"].as_array().unwrap();
     for w in [
         "vmalloc-loop",
+        "vmalloc-huge",
         "test-vmalloc",
         "vfree-search",
         "vmap-bench",
@@ -117,6 +118,11 @@ fn all_quick_writes_the_report_json_and_one_titled_svg_per_chart() {
         s1["tables"][0]["rows"].as_array().unwrap().len(),
         5,
         "five policies"
+    );
+    assert_eq!(
+        s1["tables"][1]["rows"].as_array().unwrap().len(),
+        2,
+        "huge-vmalloc: base pages and huge"
     );
 
     // (file, title, axis labels with their units, legend entries)

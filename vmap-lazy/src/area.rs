@@ -57,6 +57,11 @@ pub struct AreaInfo {
     /// after it: what a shrinking `vrealloc` unmapped (a growing one maps
     /// them again). They fault like the guard.
     pub spare: u32,
+    /// Large leaves mapping part of the area ([`VmFlags::HUGE`]); the rest
+    /// is base pages.
+    pub large_leaves: u32,
+    /// log2 of a large leaf's bytes (0 when `large_leaves` is 0).
+    pub large_shift: u8,
 }
 
 impl AreaInfo {
@@ -75,6 +80,18 @@ impl AreaInfo {
                 self.end.as_u64() + (self.spare as u64 + self.flags.guard_pages_after()) * ps,
             ),
         )
+    }
+
+    /// The leaves mapping the area, by size: `(large leaf bytes, count)`
+    /// (`(0, 0)` without large leaves) and `(page bytes, count)`.
+    pub const fn leaves(&self) -> ((u64, u64), (u64, u64)) {
+        let ps = self.page();
+        if self.large_leaves == 0 {
+            return ((0, 0), (ps, self.pages));
+        }
+        let large = 1u64 << self.large_shift;
+        let n = self.large_leaves as u64;
+        ((large, n), (ps, self.pages - n * (large / ps)))
     }
 
     /// Whether `va` lies on one of the area's guard pages.
@@ -111,6 +128,16 @@ pub struct VmallocStats {
     pub retries: u64,
     /// Times the lazy counter was driven below zero (0 unless broken).
     pub lazy_underflows: u64,
+    /// Large leaves mapping live areas now ([`VmFlags::HUGE`]).
+    pub huge_leaves: u64,
+    /// Large leaves mapped since creation.
+    pub huge_leaves_mapped: u64,
+    /// Large-leaf spans of huge requests mapped with base pages instead:
+    /// the frame source had no contiguous aligned run.
+    pub huge_fallbacks: u64,
+    /// Page-table bytes the live large leaves save: one last-level table
+    /// each, which base pages of the same span would need.
+    pub pagetable_bytes_saved: u64,
 }
 
 /// What one purge did.
@@ -138,6 +165,9 @@ pub(crate) struct Counters {
     pub(crate) nodes_visited: AtomicU64,
     pub(crate) nodes_visited_max: AtomicU64,
     pub(crate) retries: AtomicU64,
+    pub(crate) huge_live: AtomicU64,
+    pub(crate) huge_mapped: AtomicU64,
+    pub(crate) huge_fallbacks: AtomicU64,
 }
 
 impl Counters {
@@ -179,6 +209,10 @@ impl Counters {
             nodes_visited_max: self.nodes_visited_max.load(Relaxed) as u32,
             retries: self.retries.load(Relaxed),
             lazy_underflows,
+            huge_leaves: self.huge_live.load(Relaxed),
+            huge_leaves_mapped: self.huge_mapped.load(Relaxed),
+            huge_fallbacks: self.huge_fallbacks.load(Relaxed),
+            pagetable_bytes_saved: 0,
         }
     }
 }

@@ -160,6 +160,8 @@ mod tests {
             state: AreaState::Live,
             flags: crate::VmFlags::empty(),
             spare: 0,
+            large_leaves: 0,
+            large_shift: 0,
         }
     }
 

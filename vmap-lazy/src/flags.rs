@@ -31,13 +31,22 @@ bitflags::bitflags! {
         /// [`VmallocError::WouldBlock`](crate::VmallocError::WouldBlock).
         /// Not recorded in the area.
         const NOWAIT = 1 << 2;
+        /// `VM_ALLOW_HUGE_VMAP` ([`Vmalloc::vmalloc_huge`](crate::Vmalloc::vmalloc_huge)):
+        /// map with the layout's large leaves (2 MiB on x86_64 and aarch64
+        /// 4K, 32 MiB on 16K, 512 MiB on 64K) where the size and the
+        /// area's alignment allow, base pages elsewhere; an area of at least
+        /// one large leaf is aligned to it. A hint: without a large leaf
+        /// in the layout, or with [`NOWAIT`](Self::NOWAIT), base pages.
+        /// Recorded in the area (vmallocinfo prints `huge`).
+        const HUGE = 1 << 3;
     }
 }
 
 impl VmFlags {
-    /// The flags an area keeps (its guard layout).
+    /// The flags an area keeps (its guard layout, whether it asked for
+    /// large leaves).
     #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
-    pub(crate) const AREA: Self = Self::NO_GUARD.union(Self::GUARD_BEFORE);
+    pub(crate) const AREA: Self = Self::NO_GUARD.union(Self::GUARD_BEFORE).union(Self::HUGE);
 
     /// Unmapped guard pages before the area.
     pub const fn guard_pages_before(self) -> u64 {

@@ -72,7 +72,10 @@
 //! page of address space, no entry and no table); [`VmFlags`] opts out
 //! (`NO_GUARD`, dangerous), adds one before for stacks (`GUARD_BEFORE`,
 //! [`Vmalloc::vmalloc_stack`]) or makes a request non-blocking (`NOWAIT`,
-//! Linux's `GFP_NOWAIT`: try-locks only, no synchronous purge), through
+//! Linux's `GFP_NOWAIT`: try-locks only, no synchronous purge) or asks
+//! for large leaves (`HUGE`, Linux's `VM_ALLOW_HUGE_VMAP`:
+//! [`Vmalloc::vmalloc_huge`], `vmalloc/huge.rs`; the frame source contract
+//! for contiguous runs is in `mapper/huge.rs`), through
 //! [`Vmalloc::vmalloc_with`]. [`Vmalloc::vrealloc`] resizes an area in
 //! place when it can (`vmalloc/realloc.rs`).
 //!

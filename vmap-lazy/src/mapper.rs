@@ -7,6 +7,10 @@
 //!
 //! [`Vmalloc`]: crate::Vmalloc
 
+mod huge;
+
+pub(crate) use huge::large_leaf_size;
+
 use crate::backing::VmallocMem;
 use crate::error::VmallocError;
 use crate::frame_cache::FrameCache;

@@ -80,6 +80,11 @@ pub fn steps(quick: bool) -> Vec<Step> {
         "vmalloc-loop",
         &["--policy", "all", "--iterations", &iters, "--pages", "4"],
     ));
+    // Story 1's huge-vmalloc row: a 64 MiB area, base pages vs huge.
+    s.push(Step::new(
+        "vmalloc-huge",
+        &["--size", "64M", "--iterations", q("5", "20")],
+    ));
     let loops = sweep_loops(quick).to_string();
     let mask = SWEEP_MASK.to_string();
     for &t in test_vmalloc_threads(quick) {

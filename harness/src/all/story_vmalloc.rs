@@ -76,7 +76,8 @@ pub fn story1(rs: &[RunResult]) -> Story {
         ]);
     }
     let ns = |p| get(p, "ns_per_iter");
-    let ratios = vec![
+    let (huge_table, huge_ratios) = huge_rows(rs);
+    let mut ratios = vec![
         (
             "vanilla / eager (story: 10×)".into(),
             ratio(ns("vanilla"), ns("eager")),
@@ -105,6 +106,7 @@ pub fn story1(rs: &[RunResult]) -> Story {
             ),
         ),
     ];
+    ratios.extend(huge_ratios);
     let cats: Vec<String> = runs
         .iter()
         .map(|r| r["policy"].as_str().unwrap_or("?").to_string())
@@ -163,13 +165,74 @@ pub fn story1(rs: &[RunResult]) -> Story {
             "≈5535 nodes visited per allocation (lazy) vs 62 (eager); free area cache: 5.1–5.4 s, 8 nodes".into(),
             "purge when a lookup visits > N nodes: 6.1 s / 7.8 s (N = 100–200)".into(),
         ],
-        tables: vec![t],
+        tables: vec![t, huge_table],
         ratios,
         notes: vec![
             "The story's machine ran real page tables and IPIs; here the MMU and TLB are simulated (flush and IPI costs charged as busy waits), so compare ratios, not seconds.".into(),
         ],
         charts: vec![chart],
     }
+}
+
+/// Story 1's huge-vmalloc rows (`vmalloc-huge`): one 64 MiB area with
+/// base pages and with large leaves, and the ratios between them.
+fn huge_rows(rs: &[RunResult]) -> (Table, Vec<(String, Option<f64>)>) {
+    let runs: Vec<Value> = of(rs, "vmalloc-huge")
+        .filter_map(|r| r.json.get("runs").and_then(Value::as_array).cloned())
+        .flatten()
+        .collect();
+    let size = runs.first().and_then(|r| num(r, "size"));
+    let mut t = Table::new(
+        format!(
+            "huge-vmalloc: one {} MiB area vmalloc'd, touched, vfreed and purged (median), base pages vs vmalloc_huge, x86_64",
+            fmt_count(size.map(|s| s / (1 << 20) as f64))
+        ),
+        &[
+            "mapping",
+            "large leaves",
+            "base pages",
+            "vmalloc",
+            "touch",
+            "vfree",
+            "purge",
+            "total",
+            "page-table bytes",
+            "stale TLB",
+        ],
+    );
+    for r in &runs {
+        t.row(vec![
+            r["mode"].as_str().unwrap_or("?").to_string(),
+            fmt_count(num(r, "large_leaves")),
+            fmt_count(num(r, "base_pages")),
+            fmt_ns(num(r, "vmalloc_ns")),
+            fmt_ns(num(r, "touch_ns")),
+            fmt_ns(num(r, "vfree_ns")),
+            fmt_ns(num(r, "purge_ns")),
+            fmt_ns(num(r, "ns_per_iter")),
+            fmt_count(num(r, "pagetable_bytes")),
+            fmt_count(num(r, "stale_tlb_violations")),
+        ]);
+    }
+    let get = |m: &str, k: &str| runs.iter().find(|r| r["mode"] == m).and_then(|r| num(r, k));
+    let ratios = vec![
+        (
+            "huge-vmalloc: base / huge vmalloc time".into(),
+            ratio(get("base", "vmalloc_ns"), get("huge", "vmalloc_ns")),
+        ),
+        (
+            "huge-vmalloc: base / huge vfree time".into(),
+            ratio(get("base", "vfree_ns"), get("huge", "vfree_ns")),
+        ),
+        (
+            "huge-vmalloc: base / huge page-table bytes".into(),
+            ratio(
+                get("base", "pagetable_bytes"),
+                get("huge", "pagetable_bytes"),
+            ),
+        ),
+    ];
+    (t, ratios)
 }
 
 /// Story 4: `test-vmalloc`, global lock vs sharded nodes over thread counts.

@@ -68,6 +68,10 @@ where
             Ok(copy)
         })?;
         let lead = info.flags.guard_pages_before() * K::Layout::PAGE_SIZE;
+        if info.large_leaves > 0 {
+            let n = u64::from(info.large_leaves);
+            self.counters.huge_live.fetch_sub(n, Relaxed);
+        }
         if release_now {
             // The deliberately broken order (tests only): the range is free
             // again before any flush.

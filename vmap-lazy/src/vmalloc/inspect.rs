@@ -12,9 +12,7 @@ use crate::error::VmallocError;
 use crate::lazy::NodeLazy;
 use crate::purge::PurgePolicy;
 use alloc::vec::Vec;
-#[cfg(feature = "testing")]
-use arch_api::PageTableLayout;
-use arch_api::{PhysAddr, Platform, VirtAddr};
+use arch_api::{PageTableLayout, PhysAddr, Platform, VirtAddr};
 use core::sync::atomic::Ordering::Relaxed;
 use vmap_core::VmapNodes;
 #[cfg(feature = "testing")]
@@ -54,6 +52,9 @@ where
             s.allocs += p.allocs.load(Relaxed);
             s.frees += p.frees.load(Relaxed);
         }
+        // Each live large leaf stands where a last-level table would be.
+        let last = K::Layout::LEVELS.saturating_sub(1);
+        s.pagetable_bytes_saved = s.huge_leaves * K::Layout::table_bytes(last) as u64;
         s
     }
 

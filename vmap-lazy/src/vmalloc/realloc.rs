@@ -9,7 +9,11 @@
 //! area ([`VmapNodes::resize`]; the guard page moves to the new end) stays
 //! in place too; spare pages are flushed first, since they were mapped
 //! before. Otherwise the area moves: a new one, the contents copied, the
-//! old one freed.
+//! old one freed. An area with large leaves ([`VmFlags::HUGE`]) always
+//! moves (to a new huge area): resizing it in place would split its
+//! leaves.
+//!
+//! [`VmFlags::HUGE`]: crate::VmFlags::HUGE
 
 use super::Vmalloc;
 use crate::area::{AreaInfo, AreaKind, AreaState};
@@ -79,17 +83,33 @@ where
         if new == info.pages {
             return Ok(addr);
         }
+        if info.large_leaves > 0 {
+            // In place would split large leaves: a huge area moves.
+            return self.realloc_move(addr, &info, size, new.min(info.pages));
+        }
         if new < info.pages {
             return self.shrink(node, &info, new).map(|()| addr);
         }
         if self.grow_in_place(node, &info, new).is_ok() {
             return Ok(addr);
         }
+        self.realloc_move(addr, &info, size, info.pages)
+    }
+
+    /// Moves the area `info` at `addr` to a new one of `size` bytes with
+    /// the same flags, copying its first `keep` pages, and frees it.
+    fn realloc_move(
+        &self,
+        addr: VirtAddr,
+        info: &AreaInfo,
+        size: u64,
+        keep: u64,
+    ) -> Result<VirtAddr, VmallocError> {
         let b = self.vmalloc_with(size, K::Layout::PAGE_SIZE, info.flags, info.caller)?;
-        // SAFETY: `addr` starts a live vmalloc area of `info.pages` pages
-        // the caller owns (this call's contract), `b` one of more pages made
-        // just now and not yet returned to anyone.
-        let copied = unsafe { self.map.copy_pages(b, addr, info.pages) };
+        // SAFETY: `addr` starts a live vmalloc area of at least `keep` pages
+        // the caller owns (this call's contract), `b` one of at least `keep`
+        // pages made just now and not yet returned to anyone.
+        let copied = unsafe { self.map.copy_pages(b, addr, keep) };
         if let Err(e) = copied {
             let _ = self.vfree(b);
             return Err(e);

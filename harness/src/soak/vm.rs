@@ -196,11 +196,17 @@ impl VmSoak {
         let flags = MapFlags::WRITE | MapFlags::GLOBAL;
         match rng.below(100) {
             0..=34 if th.held.len() < MAX_HELD => {
-                let pages = 1 + rng.below(32);
+                let mut pages = 1 + rng.below(32);
                 let align = PAGE << rng.below(5);
                 // Some stacks (a guard page below too) and some GFP_NOWAIT
-                // requests, which may meet a held lock (WouldBlock).
+                // requests, which may meet a held lock (WouldBlock); now and
+                // then a huge area (one 2 MiB leaf and a base-page tail, or
+                // base pages where no contiguous run is left).
                 let mut vm = VmFlags::empty();
+                if rng.one_in(128) {
+                    vm |= VmFlags::HUGE;
+                    pages = 512 + rng.below(4);
+                }
                 if rng.one_in(8) {
                     vm |= VmFlags::GUARD_BEFORE;
                 }

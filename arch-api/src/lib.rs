@@ -113,10 +113,10 @@ pub use addr::{PhysAddr, VirtAddr};
 pub use cpu::CpuLocal;
 #[cfg(feature = "std")]
 pub use cpu::hosted::HostedCpus;
-#[cfg(feature = "std")]
-pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub use cpu::linux::{CpuLock, LinuxCpus, MAX_LINUX_CPUS};
+#[cfg(feature = "std")]
+pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};
 pub use frame::{FrameError, FrameSource, OffsetPhysMap, PhysMap};
 pub use layout::{EntryKind, LayoutInfo, MapFlags, PageTableEntry, PageTableLayout};

@@ -13,6 +13,17 @@ const REGION_MAX: usize = 1 << 20;
 /// `malloc`'s alignment for any block of 16 bytes or more.
 const MIN_ALIGN: usize = 16;
 
+/// The alignment `malloc(size)` owes: 16, or less for a block too small to
+/// hold anything that needs 16.
+#[inline(always)]
+fn natural_align(size: usize) -> usize {
+    if size >= MIN_ALIGN {
+        MIN_ALIGN
+    } else {
+        size.next_power_of_two()
+    }
+}
+
 fn set_enomem() {
     // SAFETY: the calling thread's errno.
     unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -113,7 +124,7 @@ fn dealloc(p: *mut u8) {
 #[inline(never)]
 fn dealloc_large(e: &core::sync::atomic::AtomicU32, v: u32, a: usize) {
     if v == 0 || a % PAGE != 0 {
-        die("free(): invalid pointer or double free", a);
+        die("free(): double free or invalid pointer", a);
     }
     if e.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
@@ -137,7 +148,7 @@ fn dealloc_other(a: usize) {
     match unsafe { region::huge_header(a) } {
         // SAFETY: the header of a live block.
         Some((m, len, _)) => unsafe { region::huge_free(a, m, len) },
-        None => die("free(): invalid pointer or double free", a),
+        None => die("free(): double free or invalid pointer", a),
     }
 }
 
@@ -146,12 +157,11 @@ fn dealloc_other(a: usize) {
 fn free_error(err: FreeError, a: usize) -> ! {
     match err {
         FreeError::DoubleFree { .. } => die("free(): double free detected", a),
-        FreeError::Misaligned { .. } => {
-            die("free(): invalid pointer (not an object boundary)", a)
-        }
-        FreeError::ForeignPointer { .. } => {
-            die("free(): invalid pointer or slab corruption (bad slab header)", a)
-        }
+        FreeError::Misaligned { .. } => die("free(): invalid pointer (not an object boundary)", a),
+        FreeError::ForeignPointer { .. } => die(
+            "free(): invalid pointer or slab corruption (bad slab header)",
+            a,
+        ),
         FreeError::RedZoneOverwritten { .. } => die("free(): red zone overwritten", a),
         _ => die("free(): refused", a),
     }
@@ -193,7 +203,7 @@ fn memalign_impl(align: usize, size: usize) -> *mut u8 {
         unsafe { *libc::__errno_location() = libc::EINVAL };
         return null_mut();
     }
-    alloc(size, align.max(MIN_ALIGN.min(size.next_power_of_two())))
+    alloc(size, align.max(natural_align(size)))
 }
 
 #[cfg(not(test))]
@@ -203,7 +213,7 @@ mod c {
     /// `malloc(3)`.
     #[unsafe(no_mangle)]
     pub extern "C" fn malloc(size: usize) -> *mut c_void {
-        alloc(size, MIN_ALIGN.min(size.next_power_of_two())).cast()
+        alloc(size, natural_align(size)).cast()
     }
 
     /// `free(3)`.
@@ -222,7 +232,7 @@ mod c {
             set_enomem();
             return null_mut();
         };
-        let p = alloc(total, MIN_ALIGN.min(total.next_power_of_two()));
+        let p = alloc(total, natural_align(total));
         if !p.is_null() {
             // SAFETY: `p` holds `total` bytes.
             unsafe { core::ptr::write_bytes(p, 0, total) };

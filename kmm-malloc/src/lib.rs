@@ -22,6 +22,9 @@
 //! * A free that slub-core refuses (double free detected, foreign or
 //!   misaligned pointer, a corrupted freelist) aborts with a message naming
 //!   the pointer and the reason.
+// The unit tests build the crate without its C exports (a test binary must
+// not interpose on its own libc), which leaves the paths behind them unused.
+#![cfg_attr(test, allow(dead_code, unused_imports))]
 
 mod boot;
 mod exports;
@@ -29,8 +32,8 @@ mod platform;
 mod region;
 mod report;
 
-use arch_api::{CpuLocal, LinuxCpus, MAX_LINUX_CPUS};
 use arch_api::cpu::linux::CpuLock;
+use arch_api::{CpuLocal, LinuxCpus, MAX_LINUX_CPUS};
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
@@ -193,3 +196,6 @@ pub(crate) fn trim() -> usize {
     let slabs: usize = km.caches().iter().map(|c| c.shrink()).sum();
     slabs + REGION.trim() / region::PAGE
 }
+
+#[cfg(test)]
+mod stress_tests;

@@ -216,7 +216,8 @@ impl Region {
         }
         // SAFETY: we hold it.
         unsafe { self.lock.unlock() };
-        self.cached.fetch_sub(given.min(self.cached()), Ordering::Relaxed);
+        self.cached
+            .fetch_sub(given.min(self.cached()), Ordering::Relaxed);
         given
     }
 
@@ -352,8 +353,7 @@ impl PhysMap for Region {
     }
 
     fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
-        self.entry(ptr as usize)
-            .map(|_| PhysAddr::new(ptr as u64))
+        self.entry(ptr as usize).map(|_| PhysAddr::new(ptr as u64))
     }
 }
 

@@ -215,7 +215,10 @@ pub fn getcpu_cpu() -> usize {
     if id < 0 { 0 } else { id as usize }
 }
 
-#[cfg(all(target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 unsafe extern "C" {
     // glibc 2.35+: the offset of the thread's `struct rseq` from the thread
     // pointer, and its registered size (0 if glibc did not register it).
@@ -226,7 +229,10 @@ unsafe extern "C" {
 /// The `cpu_id` of the thread's rseq area, if registered (one load).
 #[inline(always)]
 pub fn rseq_cpu() -> Option<usize> {
-    #[cfg(all(target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(all(
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     {
         // SAFETY: glibc's exported constants, written before any user code
         // runs (read-only after start-up).
@@ -255,7 +261,10 @@ pub fn rseq_cpu() -> Option<usize> {
         }
         None
     }
-    #[cfg(not(all(target_env = "gnu", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     None
 }
 
@@ -346,7 +355,11 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 let r = cpus.try_pin_id(id);
-                assert!(r.is_none(), "held by another thread {id} {r:?} {:?}", cpus.locks());
+                assert!(
+                    r.is_none(),
+                    "held by another thread {id} {r:?} {:?}",
+                    cpus.locks()
+                );
             });
         });
         drop(g);

@@ -10,7 +10,10 @@ fn main() {
     use std::hint::black_box;
     use std::time::Instant;
     let mut args = std::env::args().skip(1);
-    let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000_000);
+    let n: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000_000);
     let which = args.next().unwrap_or_else(|| "both".into());
     println!("rseq registered: {}", rseq_cpu().is_some());
     if which == "rseq" || which == "both" {
@@ -19,7 +22,10 @@ fn main() {
         for _ in 0..n {
             s = s.wrapping_add(black_box(rseq_cpu()).unwrap_or(0));
         }
-        println!("rseq cpu_id: {:.2} ns/call ({s})", t.elapsed().as_nanos() as f64 / n as f64);
+        println!(
+            "rseq cpu_id: {:.2} ns/call ({s})",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
     }
     if which == "getcpu" || which == "both" {
         let t = Instant::now();
@@ -27,7 +33,10 @@ fn main() {
         for _ in 0..n {
             s = s.wrapping_add(black_box(getcpu_cpu()));
         }
-        println!("sched_getcpu: {:.2} ns/call ({s})", t.elapsed().as_nanos() as f64 / n as f64);
+        println!(
+            "sched_getcpu: {:.2} ns/call ({s})",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
     }
 }
 

@@ -328,6 +328,14 @@ mod c {
         usable(p as usize).unwrap_or(0)
     }
 
+    /// Bytes the allocator holds now (slab pages, per-CPU arrays, sheaves,
+    /// large blocks): with every block freed, its caching overhead. For
+    /// benchmarks (`harness malloc-bench`), found with `dlsym`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn kmm_malloc_held_bytes() -> usize {
+        REGION.in_use()
+    }
+
     /// `malloc_trim(3)`: shrinks every cache (on the calling CPU) and gives
     /// freed page blocks back to the kernel; 1 if anything was given back.
     #[unsafe(no_mangle)]

@@ -70,7 +70,7 @@ fn alloc_large(size: usize, align: usize) -> *mut u8 {
             return p;
         }
     }
-    let p = region::huge_alloc(bytes, align);
+    let p = region::huge_alloc(&REGION, bytes, align);
     if p.is_null() {
         set_enomem();
     }
@@ -147,7 +147,7 @@ fn dealloc_other(a: usize) {
     // SAFETY: a page-aligned pointer `malloc` returned has its header page.
     match unsafe { region::huge_header(a) } {
         // SAFETY: the header of a live block.
-        Some((m, len, _)) => unsafe { region::huge_free(a, m, len) },
+        Some((m, len, _)) => unsafe { region::huge_free(&REGION, a, m, len) },
         None => die("free(): double free or invalid pointer", a),
     }
 }

@@ -31,9 +31,16 @@ const REGION_BYTES: usize = 64 << 30;
 const REGION_PAGES: usize = REGION_BYTES / PAGE;
 /// Free lists for blocks of 1..=MAX_LIST_PAGES pages (1 MiB).
 const MAX_LIST_PAGES: usize = 256;
-/// Freed blocks at least this big are given back to the kernel at once;
-/// smaller ones stay resident until reused or `trim`.
-const DONTNEED_BYTES: usize = 64 << 10;
+/// Freed blocks stay resident (reused without new page faults) while the
+/// resident freed bytes stay under this budget; beyond it a freed block is
+/// given back to the kernel at once (`MADV_DONTNEED`). `trim` gives back
+/// everything.
+const RESIDENT_BUDGET: usize = 64 << 20;
+/// Freed `mmap`ed blocks kept for reuse (at most this many, and at most
+/// [`HUGE_BUDGET`] bytes): a program that allocates and frees multi-MiB
+/// buffers in a loop (xz) would otherwise fault every page in again.
+const HUGE_SLOTS: usize = 16;
+const HUGE_BUDGET: usize = 256 << 20;
 /// Table entry flag: the first page of a large block of `entry & !LARGE` pages.
 pub const LARGE: u32 = 1 << 31;
 /// Header magic of a block mapped outside the region.
@@ -52,6 +59,8 @@ pub struct Region {
     in_use: AtomicUsize,
     /// Bytes on free lists still resident (not yet `madvise`d away).
     cached: AtomicUsize,
+    /// Under `lock`: freed `mmap`ed blocks, (mapping, length), 0 = empty.
+    huge: core::cell::UnsafeCell<[(usize, usize); HUGE_SLOTS]>,
 }
 
 // SAFETY: the cells are only touched under `lock`; the rest is atomic.
@@ -68,6 +77,7 @@ impl Region {
             lists: core::cell::UnsafeCell::new([0; MAX_LIST_PAGES + 1]),
             in_use: AtomicUsize::new(0),
             cached: AtomicUsize::new(0),
+            huge: core::cell::UnsafeCell::new([(0, 0); HUGE_SLOTS]),
         }
     }
 
@@ -138,7 +148,11 @@ impl Region {
             lists[pages] = unsafe { *(got as *const usize) };
             // SAFETY: as above; the link word is the user's now.
             unsafe { *(got as *mut usize) = 0 };
-            self.cached.fetch_sub(resident(bytes), Ordering::Relaxed);
+            // The block was counted resident or not when freed; a block
+            // given back is counted out again here (saturating).
+            let c = self.cached.load(Ordering::Relaxed);
+            self.cached
+                .store(c.saturating_sub(bytes), Ordering::Relaxed);
         } else {
             // Blocks of a list size are aligned to the size's power of two,
             // so any later request of that size can reuse them.
@@ -167,58 +181,105 @@ impl Region {
     /// `p` and `bytes` are those of a live block, no longer used.
     pub unsafe fn free_block(&self, p: *mut u8, bytes: usize) {
         let pages = bytes / PAGE;
-        let big = bytes >= DONTNEED_BYTES;
-        if big {
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        let keep = pages <= MAX_LIST_PAGES
+            && self.cached.load(Ordering::Relaxed) + bytes <= RESIDENT_BUDGET;
+        if !keep {
             // SAFETY: the block is ours and mapped; its contents are dead.
             unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
         }
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
         if pages > MAX_LIST_PAGES {
             // Not reused: only the memory goes back (done above).
             return;
         }
         self.lock.lock();
-        // SAFETY: under the lock; the block is ours, its first word the link.
+        // SAFETY: under the lock; the block is ours, its first word the link
+        // (a block given back reads as zeros, then gets the link).
         unsafe {
             let lists = &mut *self.lists.get();
             *(p as *mut usize) = lists[pages];
             lists[pages] = p as usize;
+            if keep {
+                self.cached.fetch_add(bytes, Ordering::Relaxed);
+            }
             self.lock.unlock();
         }
-        self.cached.fetch_add(resident(bytes), Ordering::Relaxed);
+    }
+
+    /// A kept `mmap`ed block of `len` to `2 * len` bytes, if any.
+    pub fn huge_take(&self, len: usize) -> Option<(usize, usize)> {
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let slots = unsafe { &mut *self.huge.get() };
+        let got = slots
+            .iter_mut()
+            .find(|(m, l)| *m != 0 && *l >= len && *l <= 2 * len)
+            .map(|slot| core::mem::replace(slot, (0, 0)));
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        if let Some((_, l)) = got {
+            let c = self.cached.load(Ordering::Relaxed);
+            self.cached.store(c.saturating_sub(l), Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Keeps a freed `mmap`ed block for reuse if there is room; false if
+    /// the caller must unmap it.
+    pub fn huge_keep(&self, map: usize, len: usize) -> bool {
+        if self.cached.load(Ordering::Relaxed) + len > HUGE_BUDGET {
+            return false;
+        }
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let slots = unsafe { &mut *self.huge.get() };
+        let kept = match slots.iter_mut().find(|(m, _)| *m == 0) {
+            Some(slot) => {
+                *slot = (map, len);
+                true
+            }
+            None => false,
+        };
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        if kept {
+            self.cached.fetch_add(len, Ordering::Relaxed);
+        }
+        kept
     }
 
     /// Gives every resident freed block back to the kernel (the lists keep
-    /// them, as zero pages). Returns the bytes given back.
+    /// them, as zero pages; kept `mmap`ed blocks are unmapped). Returns the
+    /// bytes given back.
     pub fn trim(&self) -> usize {
-        let mut given = 0;
         self.lock.lock();
         // SAFETY: under the lock.
-        let lists = unsafe { &*self.lists.get() };
+        let (lists, slots) = unsafe { (&*self.lists.get(), &mut *self.huge.get()) };
         for (pages, &head) in lists.iter().enumerate() {
             let bytes = pages * PAGE;
-            if bytes >= DONTNEED_BYTES {
-                continue;
-            }
             let mut b = head;
             while b != 0 {
                 // SAFETY: a free block under the lock: keep its link word
-                // (the first page is given back only after reading it).
+                // (the first page stays; the rest is given back).
                 unsafe {
                     let next = *(b as *const usize);
                     if bytes > PAGE {
                         libc::madvise((b + PAGE) as *mut _, bytes - PAGE, libc::MADV_DONTNEED);
                     }
-                    given += bytes - PAGE;
                     b = next;
                 }
             }
         }
+        for slot in slots.iter_mut() {
+            if slot.0 != 0 {
+                // SAFETY: a kept mapping nobody uses.
+                unsafe { libc::munmap(slot.0 as *mut _, slot.1) };
+                *slot = (0, 0);
+            }
+        }
         // SAFETY: we hold it.
         unsafe { self.lock.unlock() };
-        self.cached
-            .fetch_sub(given.min(self.cached()), Ordering::Relaxed);
-        given
+        self.cached.swap(0, Ordering::Relaxed)
     }
 
     /// Takes the lock (`fork`'s prepare handler).
@@ -234,11 +295,6 @@ impl Region {
         // SAFETY: the caller's contract.
         unsafe { self.lock.unlock() };
     }
-}
-
-/// What a freed block of `bytes` keeps resident.
-fn resident(bytes: usize) -> usize {
-    if bytes >= DONTNEED_BYTES { 0 } else { bytes }
 }
 
 /// An anonymous, private, unreserved mapping (null on failure).
@@ -263,7 +319,7 @@ pub fn map(bytes: usize) -> *mut u8 {
 
 /// A block outside the region: `bytes` aligned to `align`, with a header
 /// page before it holding (magic, mapping start, mapping length, bytes).
-pub fn huge_alloc(bytes: usize, align: usize) -> *mut u8 {
+pub fn huge_alloc(region: &Region, bytes: usize, align: usize) -> *mut u8 {
     let align = align.max(PAGE);
     let Some(len) = bytes
         .checked_next_multiple_of(PAGE)
@@ -271,7 +327,10 @@ pub fn huge_alloc(bytes: usize, align: usize) -> *mut u8 {
     else {
         return null_mut();
     };
-    let m = map(len);
+    let (m, len) = match region.huge_take(len) {
+        Some((m, l)) => (m as *mut u8, l),
+        None => (map(len), len),
+    };
     if m.is_null() {
         return null_mut();
     }
@@ -311,12 +370,14 @@ pub unsafe fn huge_header(p: usize) -> Option<(usize, usize, usize)> {
 ///
 /// # Safety
 /// `(map, len)` from [`huge_header`] of a live block, no longer used.
-pub unsafe fn huge_free(p: usize, map: usize, len: usize) {
+pub unsafe fn huge_free(region: &Region, p: usize, map: usize, len: usize) {
     // SAFETY: clears the magic (a second free is then detected) and unmaps
-    // the caller's mapping.
+    // the caller's mapping unless it is kept for reuse.
     unsafe {
         ((p - PAGE) as *mut usize).write(0);
-        libc::munmap(map as *mut _, len);
+        if !region.huge_keep(map, len) {
+            libc::munmap(map as *mut _, len);
+        }
     }
 }
 

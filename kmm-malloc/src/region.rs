@@ -214,7 +214,7 @@ impl Region {
         let got = slots
             .iter_mut()
             .find(|(m, l)| *m != 0 && *l >= len && *l <= 2 * len)
-            .map(|slot| core::mem::replace(slot, (0, 0)));
+            .map(core::mem::take);
         // SAFETY: we hold it.
         unsafe { self.lock.unlock() };
         if let Some((_, l)) = got {

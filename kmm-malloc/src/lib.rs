@@ -10,8 +10,8 @@
 //!   real CPUs ([`arch_api::LinuxCpus`]: the tid front with the SMP DW-CAS,
 //!   or the sheaves front behind per-CPU try-locks); 16 KiB to 1 MiB are
 //!   page blocks of the region (`region.rs`), above that plain `mmap`s.
-//! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `tid`, the faster
-//!   here: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
+//! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `sheaves`, the
+//!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
 //!   line and counters to stderr at exit.
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the
@@ -92,7 +92,9 @@ fn init() -> Option<&'static Kmalloc<Preload>> {
         }
     }
     INIT_TID.store(gettid(), Ordering::Relaxed);
-    let sheaves = env_is(c"KMM_SLUB_FRONT", b"sheaves");
+    // The sheaves front unless told otherwise: the faster here on most of
+    // malloc-bench's workloads and on the real programs (BENCHMARKS.md).
+    let sheaves = !env_is(c"KMM_SLUB_FRONT", b"tid");
     SHEAVES.store(sheaves, Ordering::Relaxed);
     STATS_AT_EXIT.store(env_is(c"KMM_SLUB_STATS", b"1"), Ordering::Relaxed);
     let flags = if sheaves {

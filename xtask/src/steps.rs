@@ -27,8 +27,9 @@ pub const LIB_CRATES: &[&str] = &[
     "slub-core",
 ];
 
-/// Binary crates: linted, tested and documented through `--workspace` only.
-pub const BIN_CRATES: &[&str] = &["harness", "xtask", "demo-kernel"];
+/// Binary crates (and the preloadable `cdylib`): linted, tested and documented through
+/// `--workspace` only.
+pub const BIN_CRATES: &[&str] = &["harness", "xtask", "demo-kernel", "kmm-malloc"];
 
 /// Crates with `unsafe` code that Miri checks (`cargo +nightly miri test -p …`).
 pub const UNSAFE_CRATES: &[&str] = &[

@@ -26,7 +26,7 @@
 //! No allocation, no thread-local destructor, no lock other than its own:
 //! usable by a `malloc` before thread-locals exist and during thread exit.
 //!
-//! ```
+//! ```no_run
 //! use arch_api::{CpuLocal, LinuxCpus};
 //! let cpus = LinuxCpus::new();
 //! let id = cpus.current_cpu().unwrap();
@@ -334,6 +334,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "rseq / getcpu / sysfs: syscalls and inline asm Miri cannot run")]
     fn ids_are_in_range_and_agree_with_the_kernel() {
         let cpus = LinuxCpus::new();
         assert!(cpus.nr_cpus() >= 1);
@@ -348,6 +349,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "sysfs and sched_getcpu: syscalls Miri cannot run")]
     fn pin_excludes_and_try_pin_fails_while_held() {
         let cpus = LinuxCpus::new();
         let (g, id) = cpus.pin();

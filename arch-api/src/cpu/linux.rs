@@ -334,7 +334,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore = "rseq / getcpu / sysfs: syscalls and inline asm Miri cannot run")]
+    #[cfg_attr(
+        miri,
+        ignore = "rseq / getcpu / sysfs: syscalls and inline asm Miri cannot run"
+    )]
     fn ids_are_in_range_and_agree_with_the_kernel() {
         let cpus = LinuxCpus::new();
         assert!(cpus.nr_cpus() >= 1);

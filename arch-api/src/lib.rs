@@ -113,6 +113,8 @@ pub use addr::{PhysAddr, VirtAddr};
 pub use cpu::CpuLocal;
 #[cfg(feature = "std")]
 pub use cpu::hosted::HostedCpus;
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub use cpu::linux::{CpuLock, LinuxCpus, MAX_LINUX_CPUS};
 #[cfg(feature = "std")]
 pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};

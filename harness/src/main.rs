@@ -14,6 +14,7 @@ mod all;
 mod arch;
 mod cli;
 mod info;
+mod malloc_bench;
 mod munmap;
 mod slab_bench;
 mod soak;
@@ -74,6 +75,11 @@ enum Command {
     KmemBench(slab_bench::KmemBenchArgs),
     /// A short kmalloc workload, then a /proc/slabinfo-like dump.
     Slabinfo(slab_bench::SlabinfoArgs),
+    /// The field's allocator workloads (larson, xmalloc-test, mstress,
+    /// cache-scratch, sh6bench, alloc-test, glibc-simple/thread): slub-core's
+    /// malloc (preloaded, both fronts) against mimalloc and glibc, time,
+    /// peak RSS and caching overhead (issue 18).
+    MallocBench(malloc_bench::MallocBenchArgs),
     /// Every workload at a scale that finishes in minutes: each story's
     /// table beside the story's figures and the peers, a report with charts
     /// (report.md, report.json, report.html), and the invariants summed.
@@ -99,6 +105,7 @@ fn main() {
         Command::SlabTest(a) => slab_bench::slab_test(&cli.common, a),
         Command::KmemBench(a) => slab_bench::kmem_bench(&cli.common, a),
         Command::Slabinfo(a) => slab_bench::slabinfo(&cli.common, a),
+        Command::MallocBench(a) => malloc_bench::run(&cli.common, a),
         Command::All(a) => all::run(&cli.common, a),
         Command::Soak(a) => soak::run(&cli.common, a),
     };

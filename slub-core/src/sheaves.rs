@@ -149,7 +149,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             // contract), as a guard would make it.
             unsafe { self.sheaf_pop(slabs, cpu) }
         } else {
-            let (_g, cpu) = slabs.cpus().pin();
+            // `local_trylock`: a held guard (its holder preempted or
+            // migrated inside its section) sends us to the slow path.
+            let (_g, cpu) = slabs.cpus().try_pin()?;
             // SAFETY: the guard pins us to `cpu`.
             unsafe { self.sheaf_pop(slabs, cpu) }
         }
@@ -162,7 +164,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         tid: &TidFront<P, C, D, R>,
         slabs: &Slabs<P, C, D, R>,
     ) -> Result<usize, AllocError> {
-        let (_g, cpu) = slabs.cpus().pin();
+        // On contention for the CPU's sheaves (`local_trylock` failed: the
+        // holder may be descheduled), take an object from the slab layer
+        // through the tid front instead of waiting, as Linux does.
+        let Some((_g, cpu)) = slabs.cpus().try_pin() else {
+            return tid.alloc(slabs);
+        };
         // SAFETY: the guard pins us to `cpu`.
         if let Some(p) = unsafe { self.sheaf_pop(slabs, cpu) } {
             return Ok(p);
@@ -255,7 +262,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             // SAFETY: pinned to `cpu` (the `pinned_cpu` contract).
             unsafe { self.sheaf_push(slabs, cpu, p) }
         } else {
-            let (_g, cpu) = slabs.cpus().pin();
+            let Some((_g, cpu)) = slabs.cpus().try_pin() else {
+                return FastFree::Slow;
+            };
             // SAFETY: the guard pins us to `cpu`.
             unsafe { self.sheaf_push(slabs, cpu, p) }
         };
@@ -270,7 +279,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         slabs: &Slabs<P, C, D, R>,
         p: usize,
     ) -> Result<(), FreeError> {
-        let (_g, cpu) = slabs.cpus().pin();
+        // As in `alloc`: on contention, free to the slab layer.
+        let Some((_g, cpu)) = slabs.cpus().try_pin() else {
+            return tid.free(slabs, p);
+        };
         // SAFETY: the guard pins us to `cpu`.
         if unsafe { self.sheaf_push(slabs, cpu, p) } {
             return Ok(());

@@ -27,8 +27,9 @@ pub const LIB_CRATES: &[&str] = &[
     "slub-core",
 ];
 
-/// Binary crates: linted, tested and documented through `--workspace` only.
-pub const BIN_CRATES: &[&str] = &["harness", "xtask", "demo-kernel"];
+/// Binary crates (and the preloadable `cdylib`): linted, tested and documented through
+/// `--workspace` only.
+pub const BIN_CRATES: &[&str] = &["harness", "xtask", "demo-kernel", "kmm-malloc"];
 
 /// Crates with `unsafe` code that Miri checks (`cargo +nightly miri test -p …`).
 pub const UNSAFE_CRATES: &[&str] = &[
@@ -102,6 +103,9 @@ pub enum StepKind {
     Clippy,
     /// Host tests.
     Test,
+    /// Real programs (python3, sqlite3, gzip, xz, sort, git) with slub-core's
+    /// malloc preloaded, output compared with glibc's (issue 18's smoke).
+    RealPrograms,
     /// aarch64 tests under qemu.
     TestQemu,
     /// Bare-metal `no_std` builds.
@@ -127,6 +131,7 @@ impl StepKind {
         StepKind::Fmt,
         StepKind::Clippy,
         StepKind::Test,
+        StepKind::RealPrograms,
         StepKind::TestQemu,
         StepKind::BuildNone,
         StepKind::Package,
@@ -144,6 +149,7 @@ impl StepKind {
             StepKind::Fmt => "fmt",
             StepKind::Clippy => "clippy",
             StepKind::Test => "test",
+            StepKind::RealPrograms => "real-programs",
             StepKind::TestQemu => "test-qemu",
             StepKind::BuildNone => "build-none",
             StepKind::Package => "package",
@@ -166,6 +172,7 @@ impl StepKind {
             StepKind::Setup | StepKind::Fmt | StepKind::Doc => true,
             StepKind::Clippy | StepKind::Test | StepKind::BuildNone => config == "default",
             StepKind::TestQemu
+            | StepKind::RealPrograms
             | StepKind::Package
             | StepKind::Msrv
             | StepKind::QemuSystem
@@ -179,6 +186,7 @@ impl StepKind {
         match self {
             StepKind::Setup
             | StepKind::Test
+            | StepKind::RealPrograms
             | StepKind::Package
             | StepKind::Loom
             | StepKind::Doc => {}
@@ -401,6 +409,22 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         HOST_TARGET,
         "release",
         Action::Cmd(Cmd::new("cargo").args(["test", "--workspace", "--release"])),
+    ));
+
+    // The preloadable malloc under real programs, small inputs (< 2 min):
+    // the script installs the Debian packages it needs when root (as `setup`
+    // does for the cross tools) and fails on any output that differs from
+    // glibc's or any crash. The long runs: `harness/scripts/real-programs.sh`.
+    let real = Cmd::new("sh").args([
+        "-c",
+        "cargo build --release -p kmm-malloc && \
+         harness/scripts/real-programs.sh --quick --install",
+    ]);
+    rows.push(Step::new(
+        StepKind::RealPrograms,
+        HOST_TARGET,
+        "default",
+        Action::Cmd(real),
     ));
 
     let aarch64_crates: Vec<&str> = LIB_CRATES

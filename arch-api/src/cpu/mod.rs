@@ -92,6 +92,16 @@ pub unsafe trait CpuLocal: Sync {
     /// Pins the caller to its CPU until the guard drops; returns the id.
     fn pin(&self) -> (Self::Guard<'_>, usize);
 
+    /// Linux's `local_trylock`: pins the caller as [`pin`](Self::pin) does
+    /// if that needs no waiting, else `None` (another task holds the CPU's
+    /// guard: it was preempted or migrated inside its section). The sheaves
+    /// front then falls back to the slab layer. The default waits in `pin`
+    /// (a backend whose guard never contends).
+    #[inline(always)]
+    fn try_pin(&self) -> Option<(Self::Guard<'_>, usize)> {
+        Some(self.pin())
+    }
+
     /// The current CPU if the caller is pinned to it already, with no guard
     /// needed: until the caller returns, nothing else runs this allocator on
     /// that CPU id (what [`pin`](Self::pin)'s guard would ensure). `None`
@@ -135,6 +145,10 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
         (**self).pin()
     }
     #[inline(always)]
+    fn try_pin(&self) -> Option<(Self::Guard<'_>, usize)> {
+        (**self).try_pin()
+    }
+    #[inline(always)]
     fn pinned_cpu(&self) -> Option<usize> {
         (**self).pinned_cpu()
     }
@@ -147,5 +161,7 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
 
 #[cfg(feature = "std")]
 pub mod hosted;
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub mod linux;
 #[cfg(feature = "std")]
 pub mod thread;

@@ -1,0 +1,373 @@
+//! Real CPUs (feature `std`, Linux): the CPU id is the CPU the calling
+//! thread runs on at this instant, and the kernel's scheduler preempts and
+//! migrates threads at any instruction, exactly story 3's situation.
+//!
+//! * [`current_cpu`](CpuLocal::current_cpu) reads the `cpu_id` field of the
+//!   thread's `rseq` area, which glibc (2.35 and later) registers for every
+//!   thread: one thread-pointer-relative load. Where the area is not
+//!   registered (glibc tunable `glibc.pthread.rseq=0`, a thread not yet
+//!   started, another libc) it falls back to `sched_getcpu()` (the vDSO
+//!   `getcpu`). BENCHMARKS.md records what each costs.
+//! * Per-CPU state is sized by the machine's *possible* CPUs
+//!   (`/sys/devices/system/cpu/possible`), so a CPU brought online later
+//!   still has its slot.
+//! * Nothing keeps a thread on its CPU, so [`pin`](CpuLocal::pin)'s guard is
+//!   a per-CPU lock (Linux's `local_lock` taken by a task that may be
+//!   migrated while holding it): the id it answers is the one whose lock it
+//!   holds, and no other thread runs a pinned section on that id meanwhile.
+//!   [`try_pin`](CpuLocal::try_pin) is `local_trylock`: it fails instead of
+//!   waiting when the lock is held (its holder was preempted or migrated
+//!   inside its section), so the sheaves front can fall back to the slab
+//!   layer rather than wait for a descheduled holder.
+//! * `OWNER_ONLY_WRITES = false`: the tid fast path uses the SMP DW-CAS; a
+//!   thread migrated between reading the tid and the CAS fails the CAS and
+//!   retries.
+//!
+//! No allocation, no thread-local destructor, no lock other than its own:
+//! usable by a `malloc` before thread-locals exist and during thread exit.
+//!
+//! ```no_run
+//! use arch_api::{CpuLocal, LinuxCpus};
+//! let cpus = LinuxCpus::new();
+//! let id = cpus.current_cpu().unwrap();
+//! assert!(id < cpus.nr_cpus());
+//! let (guard, pinned) = cpus.pin();
+//! assert!(cpus.try_pin_id(pinned).is_none(), "the CPU's lock is held");
+//! drop(guard);
+//! ```
+
+use super::CpuLocal;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// Most CPUs a [`LinuxCpus`] handles (ids at or above it share slots
+/// modulo this count).
+pub const MAX_LINUX_CPUS: usize = 1024;
+
+/// One CPU's lock, alone on its cache line.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct CpuLock(AtomicBool);
+
+impl CpuLock {
+    /// An unlocked lock (`const`, for a `static` array).
+    pub const fn new() -> Self {
+        CpuLock(AtomicBool::new(false))
+    }
+
+    #[inline(always)]
+    fn try_lock(&self) -> bool {
+        // Test first: a held lock costs a shared read, not a line transfer.
+        !self.0.load(Ordering::Relaxed)
+            && self
+                .0
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Releases the lock (a guard's drop; also a forked child's reset of
+    /// locks its parent's other threads held).
+    ///
+    /// # Safety
+    /// The caller holds the lock, or no thread that could hold it exists
+    /// any more (the child side of `fork`).
+    #[inline(always)]
+    pub unsafe fn unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Default for CpuLock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The calling thread's CPU, from the kernel (see the [module docs](self)).
+#[derive(Clone, Copy, Debug)]
+pub struct LinuxCpus {
+    nr: usize,
+    locks: &'static [CpuLock],
+}
+
+/// Held while a thread is pinned: the lock of CPU `id`.
+#[derive(Debug)]
+pub struct LinuxPin<'a> {
+    lock: &'a CpuLock,
+}
+
+impl Drop for LinuxPin<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: the guard exists only while its lock is held by us.
+        unsafe { self.lock.unlock() }
+    }
+}
+
+impl LinuxCpus {
+    /// A backend with its own locks (leaked: one array per call, so create
+    /// it once), sized by the machine's possible CPUs.
+    pub fn new() -> Self {
+        let nr = possible_cpus();
+        let locks: &'static [CpuLock] =
+            std::boxed::Box::leak((0..nr).map(|_| CpuLock::new()).collect());
+        Self::with_locks(locks)
+    }
+
+    /// A backend over `locks` (e.g. a `static` array, for a `malloc` that
+    /// must not allocate): as many CPUs as the machine's possible CPUs, at
+    /// most `locks.len()` (ids above share slots modulo that).
+    pub fn with_locks(locks: &'static [CpuLock]) -> Self {
+        assert!(!locks.is_empty(), "LinuxCpus needs at least one lock");
+        Self {
+            nr: possible_cpus().min(locks.len()),
+            locks,
+        }
+    }
+
+    /// The locks (a `fork` child handler releases them; see
+    /// [`CpuLock::unlock`]).
+    pub fn locks(&self) -> &'static [CpuLock] {
+        &self.locks[..self.nr]
+    }
+
+    /// Tries to pin CPU `id` (the id of a previous pin, say): its guard, or
+    /// `None` if another thread holds it.
+    pub fn try_pin_id(&self, id: usize) -> Option<LinuxPin<'_>> {
+        let lock = &self.locks[id % self.nr];
+        lock.try_lock().then(|| LinuxPin { lock })
+    }
+
+    #[inline(always)]
+    fn cpu(&self) -> usize {
+        let id = raw_cpu();
+        if id < self.nr { id } else { id % self.nr }
+    }
+}
+
+impl Default for LinuxCpus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: ids are `0..nr`; `pin`'s and `try_pin`'s guards hold the lock of
+// the id they answer, so no two threads run pinned on one id at once (the
+// thread may be migrated while pinned: the lock, not the CPU, is what
+// excludes); `OWNER_ONLY_WRITES` is `false` (a migrated thread may write
+// another CPU's cell, so only the SMP CAS flavour is sound); `pinned_cpu`
+// is never `Some`.
+unsafe impl CpuLocal for LinuxCpus {
+    const OWNER_ONLY_WRITES: bool = false;
+    type Guard<'a> = LinuxPin<'a>;
+
+    #[inline(always)]
+    fn nr_cpus(&self) -> usize {
+        self.nr
+    }
+
+    #[inline(always)]
+    fn current_cpu(&self) -> Option<usize> {
+        Some(self.cpu())
+    }
+
+    fn pin(&self) -> (LinuxPin<'_>, usize) {
+        let mut spins = 0u32;
+        loop {
+            // The current CPU each time: after a wait the thread may run
+            // elsewhere, where the lock is probably free.
+            let id = self.cpu();
+            let lock = &self.locks[id];
+            if lock.try_lock() {
+                return (LinuxPin { lock }, id);
+            }
+            spins += 1;
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                // The holder was probably preempted on this CPU: let it run.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn try_pin(&self) -> Option<(LinuxPin<'_>, usize)> {
+        let id = self.cpu();
+        let lock = &self.locks[id];
+        lock.try_lock().then(|| (LinuxPin { lock }, id))
+    }
+}
+
+/// The CPU the caller runs on now (possibly `>= nr`; never fails).
+#[inline(always)]
+pub fn raw_cpu() -> usize {
+    match rseq_cpu() {
+        Some(id) => id,
+        None => getcpu_cpu(),
+    }
+}
+
+/// `sched_getcpu()` (the vDSO `getcpu`; newer glibc reads `rseq` itself).
+#[inline]
+pub fn getcpu_cpu() -> usize {
+    // SAFETY: no preconditions; -1 only if the kernel has no getcpu.
+    let id = unsafe { libc::sched_getcpu() };
+    if id < 0 { 0 } else { id as usize }
+}
+
+#[cfg(all(
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+unsafe extern "C" {
+    // glibc 2.35+: the offset of the thread's `struct rseq` from the thread
+    // pointer, and its registered size (0 if glibc did not register it).
+    static __rseq_offset: isize;
+    static __rseq_size: u32;
+}
+
+/// The `cpu_id` of the thread's rseq area, if registered (one load).
+#[inline(always)]
+pub fn rseq_cpu() -> Option<usize> {
+    #[cfg(all(
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        // SAFETY: glibc's exported constants, written before any user code
+        // runs (read-only after start-up).
+        let (off, size) = unsafe { (__rseq_offset, __rseq_size) };
+        if size == 0 {
+            return None;
+        }
+        let tp: usize;
+        // SAFETY: reads the thread pointer register; no memory is touched.
+        unsafe {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+            #[cfg(target_arch = "aarch64")]
+            core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nostack, nomem, preserves_flags));
+        }
+        // `struct rseq { u32 cpu_id_start; u32 cpu_id; ... }`: the kernel
+        // writes `cpu_id` on every return to user space after a migration;
+        // it is -1 / -2 (huge as u32) while unregistered.
+        let at = tp.wrapping_add_signed(off) + 4;
+        // SAFETY: glibc places a registered rseq area at this offset in every
+        // thread's TCB, live for the thread's life; a volatile read because
+        // the kernel writes it behind the compiler's back.
+        let id = unsafe { core::ptr::read_volatile(at as *const u32) };
+        if (id as usize) < MAX_LINUX_CPUS {
+            return Some(id as usize);
+        }
+        None
+    }
+    #[cfg(not(all(
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    None
+}
+
+/// The machine's possible CPUs (`/sys/devices/system/cpu/possible`, e.g.
+/// `0-15`: its highest id plus one), read with raw `open`/`read` (no
+/// allocation); the configured count from `sysconf` if that fails.
+pub fn possible_cpus() -> usize {
+    let mut buf = [0u8; 256];
+    // SAFETY: a NUL-terminated path; `buf` is ours for `len` bytes.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/sys/devices/system/cpu/possible".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            -1
+        } else {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            n
+        }
+    };
+    let parsed = (n > 0)
+        .then(|| parse_possible(&buf[..n as usize]))
+        .flatten();
+    parsed
+        .unwrap_or_else(|| {
+            // SAFETY: no preconditions.
+            let c = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+            c.max(1) as usize
+        })
+        .clamp(1, MAX_LINUX_CPUS)
+}
+
+/// The highest id in a CPU list (`0-3,8-11\n`) plus one.
+fn parse_possible(s: &[u8]) -> Option<usize> {
+    let mut max = None;
+    let mut cur: Option<usize> = None;
+    for &b in s {
+        match b {
+            b'0'..=b'9' => cur = Some(cur.unwrap_or(0) * 10 + (b - b'0') as usize),
+            b',' | b'-' | b'\n' => {
+                if let Some(c) = cur.take() {
+                    max = max.max(Some(c));
+                }
+            }
+            _ => return None,
+        }
+    }
+    if let Some(c) = cur {
+        max = max.max(Some(c));
+    }
+    max.map(|m| m + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_possible(b"0-15\n"), Some(16));
+        assert_eq!(parse_possible(b"0\n"), Some(1));
+        assert_eq!(parse_possible(b"0-3,8-11"), Some(12));
+        assert_eq!(parse_possible(b"x"), None);
+        assert_eq!(parse_possible(b""), None);
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "rseq / getcpu / sysfs: syscalls and inline asm Miri cannot run"
+    )]
+    fn ids_are_in_range_and_agree_with_the_kernel() {
+        let cpus = LinuxCpus::new();
+        assert!(cpus.nr_cpus() >= 1);
+        for _ in 0..100 {
+            assert!(cpus.current_cpu().unwrap() < cpus.nr_cpus());
+        }
+        if let Some(id) = rseq_cpu() {
+            // Both read the kernel's idea; a migration in between is
+            // possible but rare, so compare a few times.
+            assert!((0..50).any(|_| rseq_cpu() == Some(getcpu_cpu())), "{id}");
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "sysfs and sched_getcpu: syscalls Miri cannot run")]
+    fn pin_excludes_and_try_pin_fails_while_held() {
+        let cpus = LinuxCpus::new();
+        let (g, id) = cpus.pin();
+        assert!(cpus.try_pin_id(id).is_none());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let r = cpus.try_pin_id(id);
+                assert!(
+                    r.is_none(),
+                    "held by another thread {id} {r:?} {:?}",
+                    cpus.locks()
+                );
+            });
+        });
+        drop(g);
+        assert!(cpus.try_pin_id(id).is_some());
+    }
+}

@@ -1,0 +1,345 @@
+//! The C allocation interface (`#[unsafe(no_mangle)]`, so a preloaded copy
+//! interposes on libc's). Not exported from this crate's own unit tests.
+
+use crate::region::{self, LARGE, PAGE};
+use crate::{REGION, boot, die, kmalloc};
+use core::ffi::c_void;
+use core::ptr::{NonNull, null_mut};
+use core::sync::atomic::Ordering;
+use slub_core::{FreeError, KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, kmalloc_index};
+
+/// Largest block served from the region's page blocks; above, `mmap`.
+const REGION_MAX: usize = 1 << 20;
+/// `malloc`'s alignment for any block of 16 bytes or more.
+const MIN_ALIGN: usize = 16;
+
+/// The alignment `malloc(size)` owes: 16, or less for a block too small to
+/// hold anything that needs 16.
+#[inline(always)]
+fn natural_align(size: usize) -> usize {
+    if size >= MIN_ALIGN {
+        MIN_ALIGN
+    } else {
+        size.next_power_of_two()
+    }
+}
+
+fn set_enomem() {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = libc::ENOMEM };
+}
+
+/// `size` bytes aligned to `align` (a power of two), or null (errno set).
+#[inline(always)]
+pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
+    let Some(km) = kmalloc() else {
+        let p = boot::alloc(size, align);
+        if p.is_null() {
+            set_enomem();
+        }
+        return p;
+    };
+    if let Some(i) = kmalloc_index(size, align) {
+        return match km.caches()[i].alloc() {
+            Ok(p) => {
+                REGION.note_class(p.as_ptr() as usize, i);
+                p.as_ptr()
+            }
+            Err(_) => {
+                set_enomem();
+                null_mut()
+            }
+        };
+    }
+    alloc_large(size, align)
+}
+
+#[inline(never)]
+fn alloc_large(size: usize, align: usize) -> *mut u8 {
+    let Some(bytes) = size.max(1).checked_next_multiple_of(PAGE) else {
+        set_enomem();
+        return null_mut();
+    };
+    let align = align.max(PAGE);
+    if bytes <= REGION_MAX {
+        let p = REGION.alloc_block(bytes, align);
+        if !p.is_null() {
+            if let Some(e) = REGION.entry(p as usize) {
+                e.store(LARGE | (bytes / PAGE) as u32, Ordering::Relaxed);
+            }
+            return p;
+        }
+    }
+    let p = region::huge_alloc(&REGION, bytes, align);
+    if p.is_null() {
+        set_enomem();
+    }
+    p
+}
+
+/// What `p` is: its usable size, or `None` if it is none of ours.
+fn usable(p: usize) -> Option<usize> {
+    if let Some(n) = boot::size_of(p) {
+        return Some(n);
+    }
+    if let Some(e) = REGION.entry(p) {
+        let v = e.load(Ordering::Relaxed);
+        return match v {
+            0 => None,
+            v if v & LARGE != 0 => Some((v & !LARGE) as usize * PAGE),
+            v => Some(KMALLOC_MIN_SIZE << (v - 1)),
+        };
+    }
+    // SAFETY: a pointer `malloc` returned (the caller's contract); a
+    // page-aligned one has its header page mapped before it.
+    unsafe { region::huge_header(p) }.map(|(_, _, bytes)| bytes)
+}
+
+#[inline(always)]
+fn dealloc(p: *mut u8) {
+    let Some(ptr) = NonNull::new(p) else {
+        return;
+    };
+    let a = p as usize;
+    if let Some(e) = REGION.entry(a) {
+        let v = e.load(Ordering::Relaxed);
+        if v != 0 && v & LARGE == 0 {
+            let Some(km) = kmalloc() else {
+                die("free() of a slab object before set-up", a);
+            };
+            // SAFETY: the table says `p` was handed out by class `v - 1`;
+            // the cache checks the rest (its slab header is mapped: region).
+            if let Err(err) = unsafe { km.caches()[v as usize - 1].free(ptr) } {
+                free_error(err, a);
+            }
+            return;
+        }
+        dealloc_large(e, v, a);
+        return;
+    }
+    dealloc_other(a);
+}
+
+#[cold]
+#[inline(never)]
+fn dealloc_large(e: &core::sync::atomic::AtomicU32, v: u32, a: usize) {
+    if v == 0 || a % PAGE != 0 {
+        die("free(): double free or invalid pointer", a);
+    }
+    if e.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        die("free(): double free of a large block", a);
+    }
+    // SAFETY: a live large block of `v & !LARGE` pages, now ours.
+    unsafe { REGION.free_block(a as *mut u8, (v & !LARGE) as usize * PAGE) };
+}
+
+#[cold]
+#[inline(never)]
+fn dealloc_other(a: usize) {
+    if boot::size_of(a).is_some() {
+        return;
+    }
+    if a % PAGE != 0 {
+        die("free(): invalid pointer (not from this allocator)", a);
+    }
+    // SAFETY: a page-aligned pointer `malloc` returned has its header page.
+    match unsafe { region::huge_header(a) } {
+        // SAFETY: the header of a live block.
+        Some((m, len, _)) => unsafe { region::huge_free(&REGION, a, m, len) },
+        None => die("free(): double free or invalid pointer", a),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn free_error(err: FreeError, a: usize) -> ! {
+    match err {
+        FreeError::DoubleFree { .. } => die("free(): double free detected", a),
+        FreeError::Misaligned { .. } => die("free(): invalid pointer (not an object boundary)", a),
+        FreeError::ForeignPointer { .. } => die(
+            "free(): invalid pointer or slab corruption (bad slab header)",
+            a,
+        ),
+        FreeError::RedZoneOverwritten { .. } => die("free(): red zone overwritten", a),
+        _ => die("free(): refused", a),
+    }
+}
+
+fn realloc_impl(p: *mut u8, n: usize) -> *mut u8 {
+    if p.is_null() {
+        return alloc(n, MIN_ALIGN);
+    }
+    let Some(old) = usable(p as usize) else {
+        die("realloc(): invalid pointer", p as usize);
+    };
+    if n == 0 {
+        dealloc(p);
+        return null_mut();
+    }
+    // Same class (or a shrink that keeps at least half): in place.
+    let fits = if old <= KMALLOC_MAX_CACHE_SIZE {
+        kmalloc_index(n, 1).map(|i| KMALLOC_MIN_SIZE << i) == Some(old)
+    } else {
+        n <= old && n > old / 2
+    };
+    if fits && boot::size_of(p as usize).is_none() {
+        return p;
+    }
+    let q = alloc(n, MIN_ALIGN);
+    if q.is_null() {
+        return null_mut();
+    }
+    // SAFETY: both blocks hold at least `min(old, n)` bytes and are distinct.
+    unsafe { core::ptr::copy_nonoverlapping(p, q, old.min(n)) };
+    dealloc(p);
+    q
+}
+
+fn memalign_impl(align: usize, size: usize) -> *mut u8 {
+    if !align.is_power_of_two() {
+        // SAFETY: the calling thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return null_mut();
+    }
+    alloc(size, align.max(natural_align(size)))
+}
+
+#[cfg(not(test))]
+mod c {
+    use super::*;
+
+    /// `malloc(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn malloc(size: usize) -> *mut c_void {
+        alloc(size, natural_align(size)).cast()
+    }
+
+    /// `free(3)`.
+    ///
+    /// # Safety
+    /// `p` is null or a live block of this allocator.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn free(p: *mut c_void) {
+        dealloc(p.cast())
+    }
+
+    /// `calloc(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+        let Some(total) = n.checked_mul(size) else {
+            set_enomem();
+            return null_mut();
+        };
+        let p = alloc(total, natural_align(total));
+        if !p.is_null() {
+            // SAFETY: `p` holds `total` bytes.
+            unsafe { core::ptr::write_bytes(p, 0, total) };
+        }
+        p.cast()
+    }
+
+    /// `realloc(3)`.
+    ///
+    /// # Safety
+    /// `p` is null or a live block of this allocator.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
+        realloc_impl(p.cast(), n).cast()
+    }
+
+    /// `reallocarray(3)`.
+    ///
+    /// # Safety
+    /// As `realloc`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+        match n.checked_mul(size) {
+            Some(t) => realloc_impl(p.cast(), t).cast(),
+            None => {
+                set_enomem();
+                null_mut()
+            }
+        }
+    }
+
+    /// `posix_memalign(3)`.
+    ///
+    /// # Safety
+    /// `out` is valid for a pointer write.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn posix_memalign(
+        out: *mut *mut c_void,
+        align: usize,
+        size: usize,
+    ) -> i32 {
+        if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+            return libc::EINVAL;
+        }
+        let p = alloc(size, align);
+        if p.is_null() {
+            return libc::ENOMEM;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { *out = p.cast() };
+        0
+    }
+
+    /// `aligned_alloc(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+        memalign_impl(align, size).cast()
+    }
+
+    /// `memalign(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+        memalign_impl(align, size).cast()
+    }
+
+    /// `valloc(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn valloc(size: usize) -> *mut c_void {
+        alloc(size, PAGE).cast()
+    }
+
+    /// `pvalloc(3)`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
+        match size.max(1).checked_next_multiple_of(PAGE) {
+            Some(s) => alloc(s, PAGE).cast(),
+            None => {
+                set_enomem();
+                null_mut()
+            }
+        }
+    }
+
+    /// `malloc_usable_size(3)`.
+    ///
+    /// # Safety
+    /// `p` is null or a live block of this allocator.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+        if p.is_null() {
+            return 0;
+        }
+        usable(p as usize).unwrap_or(0)
+    }
+
+    /// Bytes the allocator holds now (slab pages, per-CPU arrays, sheaves,
+    /// large blocks): with every block freed, its caching overhead. For
+    /// benchmarks (`harness malloc-bench`), found with `dlsym`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn kmm_malloc_held_bytes() -> usize {
+        REGION.in_use()
+    }
+
+    /// `malloc_trim(3)`: shrinks every cache (on the calling CPU) and gives
+    /// freed page blocks back to the kernel; 1 if anything was given back.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn malloc_trim(_pad: usize) -> i32 {
+        i32::from(crate::trim() > 0)
+    }
+}

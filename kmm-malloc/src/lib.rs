@@ -1,0 +1,227 @@
+//! slub-core's kmalloc as the C allocator of any Linux program:
+//!
+//! ```text
+//! cargo build --release -p kmm-malloc
+//! LD_PRELOAD=target/release/libkmm_malloc.so python3 script.py
+//! KMM_SLUB_FRONT=sheaves KMM_SLUB_STATS=1 LD_PRELOAD=... sqlite3 db < q.sql
+//! ```
+//!
+//! * `malloc` and friends up to 16 KiB are `Kmalloc`'s twelve caches on
+//!   real CPUs ([`arch_api::LinuxCpus`]: the tid front with the SMP DW-CAS,
+//!   or the sheaves front behind per-CPU try-locks); 16 KiB to 1 MiB are
+//!   page blocks of the region (`region.rs`), above that plain `mmap`s.
+//! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `sheaves`, the
+//!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
+//!   line and counters to stderr at exit.
+//! * No thread-locals and no allocation inside: callable before TLS exists
+//!   and during thread exit. Calls made while the first call is setting the
+//!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are
+//!   served from a static bootstrap arena. `fork` is handled with
+//!   `pthread_atfork` (the per-CPU locks and the region's lock are taken
+//!   around it, so the child finds them free).
+//! * A free that slub-core refuses (double free detected, foreign or
+//!   misaligned pointer, a corrupted freelist) aborts with a message naming
+//!   the pointer and the reason.
+// The unit tests build the crate without its C exports (a test binary must
+// not interpose on its own libc), which leaves the paths behind them unused.
+#![cfg_attr(test, allow(dead_code, unused_imports))]
+
+mod boot;
+mod exports;
+mod platform;
+mod region;
+mod report;
+
+use arch_api::cpu::linux::CpuLock;
+use arch_api::{CpuLocal, LinuxCpus, MAX_LINUX_CPUS};
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use platform::Preload;
+use region::Region;
+use slub_core::{CacheFlags, Kmalloc};
+
+const UNINIT: u8 = 0;
+const BUSY: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static INIT_TID: AtomicI32 = AtomicI32::new(0);
+static STATS_AT_EXIT: AtomicBool = AtomicBool::new(false);
+static SHEAVES: AtomicBool = AtomicBool::new(false);
+static LOCKS: [CpuLock; MAX_LINUX_CPUS] = [const { CpuLock::new() }; MAX_LINUX_CPUS];
+pub(crate) static REGION: Region = Region::new();
+
+struct KmCell(UnsafeCell<MaybeUninit<Kmalloc<Preload>>>);
+// SAFETY: written once by the thread that wins UNINIT -> BUSY, read only
+// after READY is published (Release/Acquire); `Kmalloc` is `Sync`.
+unsafe impl Sync for KmCell {}
+static KM: KmCell = KmCell(UnsafeCell::new(MaybeUninit::uninit()));
+
+/// The caches, set up on first call; `None` while the calling thread is the
+/// one setting them up (it re-entered) or if that failed.
+#[inline(always)]
+pub(crate) fn kmalloc() -> Option<&'static Kmalloc<Preload>> {
+    if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: READY was published after `KM` was written.
+        return Some(unsafe { (*KM.0.get()).assume_init_ref() });
+    }
+    init()
+}
+
+fn gettid() -> i32 {
+    // SAFETY: a raw syscall with no arguments (glibc's wrapper may read TLS).
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+#[cold]
+#[inline(never)]
+fn init() -> Option<&'static Kmalloc<Preload>> {
+    loop {
+        match STATE.compare_exchange(UNINIT, BUSY, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(READY) => return kmalloc(),
+            Err(FAILED) => return None,
+            Err(_) => {
+                if INIT_TID.load(Ordering::Relaxed) == gettid() {
+                    return None;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+    INIT_TID.store(gettid(), Ordering::Relaxed);
+    // The sheaves front unless told otherwise: the faster here on most of
+    // malloc-bench's workloads and on the real programs (BENCHMARKS.md).
+    let sheaves = !env_is(c"KMM_SLUB_FRONT", b"tid");
+    SHEAVES.store(sheaves, Ordering::Relaxed);
+    STATS_AT_EXIT.store(env_is(c"KMM_SLUB_STATS", b"1"), Ordering::Relaxed);
+    let flags = if sheaves {
+        CacheFlags::SHEAVES
+    } else {
+        CacheFlags::empty()
+    };
+    let made = REGION
+        .init()
+        .then(|| Kmalloc::new(&REGION, LinuxCpus::with_locks(&LOCKS), flags).ok())
+        .flatten();
+    let Some(km) = made else {
+        STATE.store(FAILED, Ordering::Release);
+        return None;
+    };
+    // SAFETY: we won UNINIT -> BUSY: the only writer, nobody reads before READY.
+    unsafe { (*KM.0.get()).write(km) };
+    STATE.store(READY, Ordering::Release);
+    // May allocate (re-entering us, now READY).
+    // SAFETY: the handlers are `extern "C"` functions valid for the process.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    kmalloc()
+}
+
+/// Whether environment variable `name` equals `want` (`getenv` does not
+/// allocate).
+fn env_is(name: &core::ffi::CStr, want: &[u8]) -> bool {
+    // SAFETY: a NUL-terminated name; the result is null or a C string that
+    // stays valid while the environment is not changed.
+    unsafe {
+        let v = libc::getenv(name.as_ptr());
+        !v.is_null() && core::ffi::CStr::from_ptr(v).to_bytes() == want
+    }
+}
+
+fn cpus() -> LinuxCpus {
+    LinuxCpus::with_locks(&LOCKS)
+}
+
+/// Before `fork`: take every per-CPU lock (so no other thread is inside a
+/// pinned section of the caches), then the region's lock.
+extern "C" fn fork_prepare() {
+    if STATE.load(Ordering::Acquire) != READY {
+        return;
+    }
+    let c = cpus();
+    for id in 0..c.nr_cpus() {
+        loop {
+            if let Some(g) = c.try_pin_id(id) {
+                core::mem::forget(g);
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    REGION.lock_for_fork();
+}
+
+fn release_fork_locks() {
+    if STATE.load(Ordering::Acquire) != READY {
+        return;
+    }
+    // SAFETY: `fork_prepare` took them all and this thread is the only one
+    // left that could hold them (the child) or their holder (the parent).
+    unsafe {
+        REGION.unlock_after_fork();
+        for l in cpus().locks() {
+            l.unlock();
+        }
+    }
+}
+
+extern "C" fn fork_parent() {
+    release_fork_locks();
+}
+
+extern "C" fn fork_child() {
+    release_fork_locks();
+}
+
+/// Prints `msg` and the pointer to stderr and aborts.
+#[cold]
+#[inline(never)]
+pub(crate) fn die(msg: &str, p: usize) -> ! {
+    let mut b = report::Buf::new();
+    let _ = core::fmt::Write::write_fmt(
+        &mut b,
+        format_args!("kmm-malloc: {msg} (pointer {p:#x}); aborting\n"),
+    );
+    b.flush_to_stderr();
+    // SAFETY: no preconditions; does not return.
+    unsafe { libc::abort() }
+}
+
+/// Shrinks every cache on every CPU (`kmem_cache_shrink` flushes the
+/// calling CPU's slab, partials and sheaves, so the thread visits each CPU
+/// it may run on in turn) and trims the region; returns the slabs plus
+/// pages given back.
+pub(crate) fn trim() -> usize {
+    let Some(km) = kmalloc() else {
+        return 0;
+    };
+    let mut slabs = 0;
+    // SAFETY: `cpu_set_t`s are plain bitmaps; the calls read/write ours.
+    unsafe {
+        let mut saved: libc::cpu_set_t = core::mem::zeroed();
+        let sz = core::mem::size_of::<libc::cpu_set_t>();
+        let have = libc::sched_getaffinity(0, sz, &mut saved) == 0;
+        for cpu in 0..cpus().nr_cpus() {
+            if have && !libc::CPU_ISSET(cpu, &saved) {
+                continue;
+            }
+            let mut one: libc::cpu_set_t = core::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            if have && libc::sched_setaffinity(0, sz, &one) != 0 {
+                continue;
+            }
+            slabs += km.caches().iter().map(|c| c.shrink()).sum::<usize>();
+        }
+        if have {
+            libc::sched_setaffinity(0, sz, &saved);
+        } else {
+            slabs += km.caches().iter().map(|c| c.shrink()).sum::<usize>();
+        }
+    }
+    slabs + REGION.trim() / region::PAGE
+}
+
+#[cfg(test)]
+mod stress_tests;

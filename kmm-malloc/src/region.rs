@@ -1,0 +1,424 @@
+//! Where the memory comes from: one reserved range of address space (the
+//! "region") from which slab pages, per-CPU arrays, sheaves and large blocks
+//! are carved, plus a table with one entry per region page saying what
+//! `free(p)` must do with a pointer into that page.
+//!
+//! C's `free` gets no size, and slub-core's `Kmalloc::free` needs the class.
+//! A slab is naturally aligned but its size depends on the class, so the
+//! class is recorded where the pointer is: `malloc` stores class + 1 in the
+//! entry of the page holding the object it returns (a load and, only when
+//! the page changed class, a store), and `free` reads it back. A pointer is
+//! freed only after its `malloc` returned, and whoever frees it got it
+//! through something that orders the two, so the entry it reads is the one
+//! its `malloc` wrote. Large blocks record [`LARGE`] | pages at their first
+//! page. Region pages are never unmapped: freed blocks are `madvise`d away
+//! (`MADV_DONTNEED`), so the tid fast path's speculative read of a next
+//! pointer in a slab just freed reads zeros (its CAS then fails), never a
+//! hole. Blocks bigger than the region's largest free list, and everything
+//! once the region is full, are plain `mmap`s with a header page.
+
+use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use crate::platform::YieldLock;
+use lock_api::RawMutex as _;
+
+/// Page size of the region (the granule slub-core sees).
+pub const PAGE: usize = 4096;
+/// Reserved bytes (no memory until touched; `MAP_NORESERVE`).
+const REGION_BYTES: usize = 64 << 30;
+const REGION_PAGES: usize = REGION_BYTES / PAGE;
+/// Free lists for blocks of 1..=MAX_LIST_PAGES pages (1 MiB).
+const MAX_LIST_PAGES: usize = 256;
+/// Freed blocks stay resident (reused without new page faults) while the
+/// resident freed bytes stay under this budget; beyond it a freed block is
+/// given back to the kernel at once (`MADV_DONTNEED`). `trim` gives back
+/// everything.
+const RESIDENT_BUDGET: usize = 64 << 20;
+/// Freed `mmap`ed blocks kept for reuse (at most this many, and at most
+/// [`HUGE_BUDGET`] bytes): a program that allocates and frees multi-MiB
+/// buffers in a loop (xz) would otherwise fault every page in again.
+const HUGE_SLOTS: usize = 16;
+const HUGE_BUDGET: usize = 256 << 20;
+/// Table entry flag: the first page of a large block of `entry & !LARGE` pages.
+pub const LARGE: u32 = 1 << 31;
+/// Header magic of a block mapped outside the region.
+const HUGE_MAGIC: usize = 0x6b6d_6d5f_6875_6765;
+
+/// The region, its table and its free lists.
+pub struct Region {
+    base: AtomicUsize,
+    table: AtomicUsize,
+    lock: YieldLock,
+    /// Under `lock`: bump pointer (offset) and free-list heads (a freed
+    /// block's first word links the next).
+    bump: core::cell::UnsafeCell<usize>,
+    lists: core::cell::UnsafeCell<[usize; MAX_LIST_PAGES + 1]>,
+    /// Bytes handed out (slab pages, arrays, sheaves, large blocks).
+    in_use: AtomicUsize,
+    /// Bytes on free lists still resident (not yet `madvise`d away).
+    cached: AtomicUsize,
+    /// Under `lock`: freed `mmap`ed blocks, (mapping, length), 0 = empty.
+    huge: core::cell::UnsafeCell<[(usize, usize); HUGE_SLOTS]>,
+}
+
+// SAFETY: the cells are only touched under `lock`; the rest is atomic.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// An unset region (`init` maps it).
+    pub const fn new() -> Self {
+        Self {
+            base: AtomicUsize::new(0),
+            table: AtomicUsize::new(0),
+            lock: YieldLock::INIT,
+            bump: core::cell::UnsafeCell::new(0),
+            lists: core::cell::UnsafeCell::new([0; MAX_LIST_PAGES + 1]),
+            in_use: AtomicUsize::new(0),
+            cached: AtomicUsize::new(0),
+            huge: core::cell::UnsafeCell::new([(0, 0); HUGE_SLOTS]),
+        }
+    }
+
+    /// Reserves the region and its table; false if the kernel refused.
+    pub fn init(&self) -> bool {
+        let region = map(REGION_BYTES);
+        let table = map(REGION_PAGES * 4);
+        if region.is_null() || table.is_null() {
+            return false;
+        }
+        self.table.store(table as usize, Ordering::Relaxed);
+        self.base.store(region as usize, Ordering::Release);
+        true
+    }
+
+    /// Bytes handed out now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of freed blocks still resident.
+    pub fn cached(&self) -> usize {
+        self.cached.load(Ordering::Relaxed)
+    }
+
+    /// The table entry of the page holding `p`, or `None` outside the region.
+    #[inline(always)]
+    pub fn entry(&self, p: usize) -> Option<&AtomicU32> {
+        let off = p.wrapping_sub(self.base.load(Ordering::Relaxed));
+        if off >= REGION_BYTES {
+            return None;
+        }
+        let t = self.table.load(Ordering::Relaxed) as *const AtomicU32;
+        // SAFETY: the table has one entry per region page and `off` is in
+        // the region; it lives (mapped) as long as the process.
+        Some(unsafe { &*t.add(off / PAGE) })
+    }
+
+    /// Records that the object `p` (in the region) is of class `class`.
+    #[inline(always)]
+    pub fn note_class(&self, p: usize, class: usize) {
+        if let Some(e) = self.entry(p) {
+            let v = class as u32 + 1;
+            // Store only on change: the line stays shared between CPUs.
+            if e.load(Ordering::Relaxed) != v {
+                e.store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `bytes` (a multiple of [`PAGE`]) aligned to `align` (a power of two,
+    /// at least [`PAGE`]), from a free list or the bump pointer; null when
+    /// the region is full.
+    pub fn alloc_block(&self, bytes: usize, align: usize) -> *mut u8 {
+        let pages = bytes / PAGE;
+        let base = self.base.load(Ordering::Acquire);
+        if base == 0 || pages == 0 {
+            return null_mut();
+        }
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let (bump, lists) = unsafe { (&mut *self.bump.get(), &mut *self.lists.get()) };
+        let mut got = 0;
+        if pages <= MAX_LIST_PAGES && lists[pages] != 0 && lists[pages] % align == 0 {
+            got = lists[pages];
+            // SAFETY: a free-list block's first word is the link; the block
+            // is mapped and ours.
+            lists[pages] = unsafe { *(got as *const usize) };
+            // SAFETY: as above; the link word is the user's now.
+            unsafe { *(got as *mut usize) = 0 };
+            // The block was counted resident or not when freed; a block
+            // given back is counted out again here (saturating).
+            let c = self.cached.load(Ordering::Relaxed);
+            self.cached
+                .store(c.saturating_sub(bytes), Ordering::Relaxed);
+        } else {
+            // Blocks of a list size are aligned to the size's power of two,
+            // so any later request of that size can reuse them.
+            let a = align.max(if pages <= MAX_LIST_PAGES {
+                pages.next_power_of_two() * PAGE
+            } else {
+                PAGE
+            });
+            let at = (base + *bump).next_multiple_of(a);
+            if at + bytes <= base + REGION_BYTES {
+                *bump = at + bytes - base;
+                got = at;
+            }
+        }
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        if got != 0 {
+            self.in_use.fetch_add(bytes, Ordering::Relaxed);
+        }
+        got as *mut u8
+    }
+
+    /// Returns a block of [`alloc_block`](Self::alloc_block).
+    ///
+    /// # Safety
+    /// `p` and `bytes` are those of a live block, no longer used.
+    pub unsafe fn free_block(&self, p: *mut u8, bytes: usize) {
+        let pages = bytes / PAGE;
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        let keep = pages <= MAX_LIST_PAGES
+            && self.cached.load(Ordering::Relaxed) + bytes <= RESIDENT_BUDGET;
+        if !keep {
+            // SAFETY: the block is ours and mapped; its contents are dead.
+            unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
+        }
+        if pages > MAX_LIST_PAGES {
+            // Not reused: only the memory goes back (done above).
+            return;
+        }
+        self.lock.lock();
+        // SAFETY: under the lock; the block is ours, its first word the link
+        // (a block given back reads as zeros, then gets the link).
+        unsafe {
+            let lists = &mut *self.lists.get();
+            *(p as *mut usize) = lists[pages];
+            lists[pages] = p as usize;
+            if keep {
+                self.cached.fetch_add(bytes, Ordering::Relaxed);
+            }
+            self.lock.unlock();
+        }
+    }
+
+    /// A kept `mmap`ed block of `len` to `2 * len` bytes, if any.
+    pub fn huge_take(&self, len: usize) -> Option<(usize, usize)> {
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let slots = unsafe { &mut *self.huge.get() };
+        let got = slots
+            .iter_mut()
+            .find(|(m, l)| *m != 0 && *l >= len && *l <= 2 * len)
+            .map(core::mem::take);
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        if let Some((_, l)) = got {
+            let c = self.cached.load(Ordering::Relaxed);
+            self.cached.store(c.saturating_sub(l), Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Keeps a freed `mmap`ed block for reuse if there is room; false if
+    /// the caller must unmap it.
+    pub fn huge_keep(&self, map: usize, len: usize) -> bool {
+        if self.cached.load(Ordering::Relaxed) + len > HUGE_BUDGET {
+            return false;
+        }
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let slots = unsafe { &mut *self.huge.get() };
+        let kept = match slots.iter_mut().find(|(m, _)| *m == 0) {
+            Some(slot) => {
+                *slot = (map, len);
+                true
+            }
+            None => false,
+        };
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        if kept {
+            self.cached.fetch_add(len, Ordering::Relaxed);
+        }
+        kept
+    }
+
+    /// Gives every resident freed block back to the kernel (the lists keep
+    /// them, as zero pages; kept `mmap`ed blocks are unmapped). Returns the
+    /// bytes given back.
+    pub fn trim(&self) -> usize {
+        self.lock.lock();
+        // SAFETY: under the lock.
+        let (lists, slots) = unsafe { (&*self.lists.get(), &mut *self.huge.get()) };
+        for (pages, &head) in lists.iter().enumerate() {
+            let bytes = pages * PAGE;
+            let mut b = head;
+            while b != 0 {
+                // SAFETY: a free block under the lock: keep its link word
+                // (the first page stays; the rest is given back).
+                unsafe {
+                    let next = *(b as *const usize);
+                    if bytes > PAGE {
+                        libc::madvise((b + PAGE) as *mut _, bytes - PAGE, libc::MADV_DONTNEED);
+                    }
+                    b = next;
+                }
+            }
+        }
+        for slot in slots.iter_mut() {
+            if slot.0 != 0 {
+                // SAFETY: a kept mapping nobody uses.
+                unsafe { libc::munmap(slot.0 as *mut _, slot.1) };
+                *slot = (0, 0);
+            }
+        }
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        self.cached.swap(0, Ordering::Relaxed)
+    }
+
+    /// Takes the lock (`fork`'s prepare handler).
+    pub fn lock_for_fork(&self) {
+        self.lock.lock();
+    }
+
+    /// Releases it (both sides of `fork`).
+    ///
+    /// # Safety
+    /// After [`lock_for_fork`](Self::lock_for_fork).
+    pub unsafe fn unlock_after_fork(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lock.unlock() };
+    }
+}
+
+/// An anonymous, private, unreserved mapping (null on failure).
+pub fn map(bytes: usize) -> *mut u8 {
+    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// A block outside the region: `bytes` aligned to `align`, with a header
+/// page before it holding (magic, mapping start, mapping length, bytes).
+pub fn huge_alloc(region: &Region, bytes: usize, align: usize) -> *mut u8 {
+    let align = align.max(PAGE);
+    let Some(len) = bytes
+        .checked_next_multiple_of(PAGE)
+        .and_then(|b| b.checked_add(align + PAGE))
+    else {
+        return null_mut();
+    };
+    let (m, len) = match region.huge_take(len) {
+        Some((m, l)) => (m as *mut u8, l),
+        None => (map(len), len),
+    };
+    if m.is_null() {
+        return null_mut();
+    }
+    let user = (m as usize + PAGE).next_multiple_of(align);
+    // SAFETY: `user - PAGE .. user + bytes` lies inside the new mapping.
+    unsafe {
+        let h = (user - PAGE) as *mut usize;
+        h.write(HUGE_MAGIC);
+        h.add(1).write(m as usize);
+        h.add(2).write(len);
+        h.add(3).write(bytes);
+    }
+    user as *mut u8
+}
+
+/// The header of a block of [`huge_alloc`], if `p` looks like one
+/// (page-aligned, magic in place): (mapping, length, bytes).
+///
+/// # Safety
+/// `p` is page-aligned and the page before it is mapped (a pointer
+/// `malloc` returned).
+pub unsafe fn huge_header(p: usize) -> Option<(usize, usize, usize)> {
+    if p % PAGE != 0 || p < PAGE {
+        return None;
+    }
+    let h = (p - PAGE) as *const usize;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if h.read() != HUGE_MAGIC {
+            return None;
+        }
+        Some((h.add(1).read(), h.add(2).read(), h.add(3).read()))
+    }
+}
+
+/// Unmaps a block of [`huge_alloc`] (header checked by the caller).
+///
+/// # Safety
+/// `(map, len)` from [`huge_header`] of a live block, no longer used.
+pub unsafe fn huge_free(region: &Region, p: usize, map: usize, len: usize) {
+    // SAFETY: clears the magic (a second free is then detected) and unmaps
+    // the caller's mapping unless it is kept for reuse.
+    unsafe {
+        ((p - PAGE) as *mut usize).write(0);
+        if !region.huge_keep(map, len) {
+            libc::munmap(map as *mut _, len);
+        }
+    }
+}
+
+// slub-core's view: physical address = virtual address (identity direct
+// map), granule = one page.
+impl FrameSource for Region {
+    fn granule(&self) -> u64 {
+        PAGE as u64
+    }
+
+    fn alloc(&self, size: u64, align: u64) -> Result<PhysAddr, FrameError> {
+        let (size, align) = (size as usize, align as usize);
+        if size == 0 || size % PAGE != 0 || !align.is_power_of_two() {
+            return Err(FrameError::BadLayout);
+        }
+        let p = self.alloc_block(size, align.max(PAGE));
+        if p.is_null() {
+            Err(FrameError::OutOfFrames)
+        } else {
+            Ok(PhysAddr::new(p as u64))
+        }
+    }
+
+    fn free(&self, addr: PhysAddr, size: u64) -> Result<(), FrameError> {
+        // SAFETY: slub-core frees what it was given, with its size.
+        unsafe { self.free_block(addr.as_u64() as *mut u8, size as usize) };
+        Ok(())
+    }
+}
+
+impl PhysMap for Region {
+    fn phys_to_ptr(&self, addr: PhysAddr) -> *mut u8 {
+        addr.as_u64() as *mut u8
+    }
+
+    fn ptr_to_phys(&self, ptr: *const u8) -> Option<PhysAddr> {
+        self.entry(ptr as usize).map(|_| PhysAddr::new(ptr as u64))
+    }
+}
+
+// SAFETY: blocks are carved from a private mapping, each handed to one owner
+// until freed (the free lists and the bump pointer are under the lock), and
+// the direct map is the identity; nothing here allocates through `malloc`.
+unsafe impl slub_core::PageSource for Region {}

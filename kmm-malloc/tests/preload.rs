@@ -1,0 +1,195 @@
+//! The C interface through `LD_PRELOAD`: this test binary re-runs itself
+//! with the library preloaded (`KMM_CHILD` names the case), so every
+//! allocation of the child, the Rust runtime's included, goes through it.
+
+use std::path::PathBuf;
+
+unsafe extern "C" {
+    fn valloc(size: usize) -> *mut libc::c_void;
+    fn pvalloc(size: usize) -> *mut libc::c_void;
+}
+use std::process::Command;
+
+/// `target/<profile>/libkmm_malloc.so` (built with the package's tests).
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let lib = dir.join("libkmm_malloc.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+fn child(case: &str, front: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("KMM_CHILD", case)
+        .env("KMM_SLUB_FRONT", front)
+        .env("LD_PRELOAD", library())
+        .output()
+        .unwrap()
+}
+
+/// Runs the case named by `KMM_CHILD` (a no-op in the parent run).
+#[test]
+fn child_entry() {
+    match std::env::var("KMM_CHILD").as_deref() {
+        Ok("api") => api(),
+        Ok("threads") => threads(),
+        Ok("fork") => fork(),
+        Ok("double_free") => double_free(),
+        Ok("large_double_free") => large_double_free(),
+        _ => {}
+    }
+}
+
+fn api() {
+    // SAFETY: the C allocation interface used as documented.
+    unsafe {
+        for size in [
+            0usize,
+            1,
+            8,
+            15,
+            16,
+            100,
+            4096,
+            16384,
+            16385,
+            100_000,
+            5 << 20,
+        ] {
+            let p = libc::malloc(size) as *mut u8;
+            assert!(!p.is_null());
+            assert!(libc::malloc_usable_size(p.cast()) >= size);
+            if size >= 16 {
+                assert_eq!(p as usize % 16, 0, "malloc({size}) 16-aligned");
+            }
+            p.write_bytes(0xa5, size);
+            let q = libc::realloc(p.cast(), size * 2 + 1) as *mut u8;
+            assert!(
+                (0..size).all(|i| *q.add(i) == 0xa5),
+                "realloc keeps content"
+            );
+            libc::free(q.cast());
+        }
+        let z = libc::calloc(1000, 8) as *const u64;
+        assert!((0..1000).all(|i| *z.add(i) == 0));
+        libc::free(z as *mut _);
+        for align in [8usize, 16, 64, 4096, 65536, 1 << 21] {
+            let mut p = core::ptr::null_mut();
+            assert_eq!(libc::posix_memalign(&mut p, align, 100), 0);
+            assert_eq!(p as usize % align, 0);
+            libc::free(p);
+            let p = libc::aligned_alloc(align, align * 2);
+            assert_eq!(p as usize % align, 0);
+            libc::free(p);
+            let p = libc::memalign(align, 3);
+            assert_eq!(p as usize % align, 0);
+            libc::free(p);
+        }
+        let mut p = core::ptr::null_mut();
+        assert_eq!(libc::posix_memalign(&mut p, 24, 8), libc::EINVAL);
+        let v = valloc(10);
+        assert_eq!(v as usize % 4096, 0);
+        libc::free(v);
+        let v = pvalloc(10);
+        assert!(libc::malloc_usable_size(v) >= 4096);
+        libc::free(v);
+        let r = libc::reallocarray(core::ptr::null_mut(), usize::MAX / 2, 4);
+        assert!(r.is_null(), "overflow refused");
+        assert!(libc::malloc(usize::MAX - 100).is_null());
+        libc::free(core::ptr::null_mut());
+    }
+    println!("CHILD-OK");
+}
+
+fn threads() {
+    // Rust's own collections, on 8 threads, objects freed by other threads.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<String>>();
+    let hs: Vec<_> = (0..8)
+        .map(|t| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000 {
+                    tx.send((0..10).map(|k| format!("{t}-{i}-{k}")).collect())
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let n: usize = rx.iter().map(|v| v.len()).sum();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(n, 8 * 2000 * 10);
+    println!("CHILD-OK");
+}
+
+fn fork() {
+    let keep: Vec<Box<[u8; 64]>> = (0..1000).map(|_| Box::new([1; 64])).collect();
+    let t = std::thread::spawn(|| {
+        for _ in 0..200_000 {
+            drop(std::hint::black_box(vec![0u8; 48]));
+        }
+    });
+    // SAFETY: the child only allocates, frees and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let v: Vec<Vec<u8>> = (0..10_000).map(|i| vec![i as u8; i % 300]).collect();
+        let ok = v.len() == 10_000 && keep.len() == 1000;
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    t.join().unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    println!("CHILD-OK");
+}
+
+fn double_free() {
+    // SAFETY: deliberately wrong: the library must abort with a message.
+    unsafe {
+        let p = libc::malloc(40);
+        libc::free(p);
+        libc::free(p);
+    }
+}
+
+fn large_double_free() {
+    // SAFETY: as above.
+    unsafe {
+        let p = libc::malloc(100_000);
+        libc::free(p);
+        libc::free(p);
+    }
+}
+
+#[test]
+fn c_interface_threads_and_fork_on_both_fronts() {
+    for front in ["tid", "sheaves"] {
+        for case in ["api", "threads", "fork"] {
+            let out = child(case, front);
+            let so = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && so.contains("CHILD-OK"),
+                "{case} on {front}: {:?}\n{so}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn double_free_aborts_with_a_message() {
+    for (case, front) in [("double_free", "tid"), ("large_double_free", "sheaves")] {
+        let out = child(case, front);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{case}: must abort");
+        assert!(
+            err.contains("kmm-malloc: free(): double free"),
+            "{case}: {err}"
+        );
+    }
+}

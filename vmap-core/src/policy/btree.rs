@@ -47,7 +47,9 @@ struct BNode {
     lo: [u64; F],
     /// Leaf: block ends. Inner: largest block size below the slot.
     hi: [u64; F],
-    /// Inner: the child.
+    /// Inner: the child. Leaf: the busy area just below the block (ending
+    /// at its start; `NIL` at the start of the space), so an allocation
+    /// names its busy predecessor without a search of the busy tree.
     kid: [NodeIdx; F],
     _pad: [u32; 2],
 }
@@ -67,24 +69,32 @@ impl BNode {
         _pad: [0; 2],
     };
 
-    /// The largest free block below this node.
+    /// The largest free block below this node. Slots past `len` hold
+    /// zeros, so the loop has a fixed length (no branches, vectorised).
     #[inline]
     fn max(&self) -> u64 {
-        let n = self.len as usize;
+        let mut m = 0;
         if self.leaf != 0 {
-            (0..n).map(|j| self.hi[j] - self.lo[j]).max().unwrap_or(0)
+            for j in 0..F {
+                m = m.max(self.hi[j] - self.lo[j]);
+            }
         } else {
-            self.hi[..n].iter().copied().max().unwrap_or(0)
+            for j in 0..F {
+                m = m.max(self.hi[j]);
+            }
         }
+        m
     }
 
-    /// Slots `0..len` with `lo <= key`.
+    /// Slots `0..len` with `lo <= key` (they come first: `lo` is sorted).
     #[inline]
     fn rank(&self, key: u64) -> usize {
-        self.lo[..self.len as usize]
-            .iter()
-            .take_while(|&&l| l <= key)
-            .count()
+        let n = self.len as usize;
+        let mut r = 0;
+        for j in 0..F {
+            r += usize::from(j < n && self.lo[j] <= key);
+        }
+        r
     }
 
     /// Opens slot `pos` (shifting the rest up) and writes it.
@@ -98,13 +108,14 @@ impl BNode {
         self.len += 1;
     }
 
-    /// Closes slot `pos`.
+    /// Closes slot `pos` (the freed last slot is zeroed).
     #[inline]
     fn remove(&mut self, pos: usize) {
         let n = self.len as usize;
         self.lo.copy_within(pos + 1..n, pos);
         self.hi.copy_within(pos + 1..n, pos);
         self.kid.copy_within(pos + 1..n, pos);
+        (self.lo[n - 1], self.hi[n - 1], self.kid[n - 1]) = (0, 0, NIL);
         self.len -= 1;
     }
 }
@@ -135,6 +146,8 @@ pub struct BTree {
     /// Spare nodes for frees that split.
     spare: [NodeIdx; MAXD + 1],
     nspare: usize,
+    /// The busy predecessor of the area the last `claim` took.
+    pred: NodeIdx,
 }
 
 impl FreeAreaSearch for BTree {
@@ -272,7 +285,10 @@ impl BTree {
         tmp[pos] = e;
         let keep = F / 2 + 1;
         let n = get_mut(s, i);
-        n.len = 0;
+        *n = BNode {
+            leaf: n.leaf,
+            ..BNode::EMPTY
+        };
         for &(a, b, k) in &tmp[..keep] {
             let at = n.len as usize;
             n.insert(at, a, b, k);
@@ -344,7 +360,7 @@ impl BTree {
         s: &S,
         i: NodeIdx,
         l: usize,
-        f: &mut impl FnMut(u64, u64) -> Result<(), &'static str>,
+        f: &mut impl FnMut(u64, u64, NodeIdx) -> Result<(), &'static str>,
     ) -> Result<(u64, u64), &'static str> {
         let n = get(s, i);
         let len = n.len as usize;
@@ -361,7 +377,7 @@ impl BTree {
         }
         if n.leaf != 0 {
             for j in 0..len {
-                f(n.lo[j], n.hi[j])?;
+                f(n.lo[j], n.hi[j], n.kid[j])?;
             }
         } else {
             for j in 0..len {
@@ -383,6 +399,7 @@ impl Search for BTree {
             path: [(NIL, 0); MAXD],
             spare: [NIL; MAXD + 1],
             nspare: 0,
+            pred: NIL,
         };
         t.root = t.new_node(s).ok_or(VmapError::NodePoolExhausted)?;
         get_mut(s, t.root).insert(0, start, end, NIL);
@@ -422,7 +439,7 @@ impl Search for BTree {
         s: &mut S,
         a: u64,
         size: u64,
-        _: NodeIdx,
+        node: NodeIdx,
     ) -> Result<(), VmapError> {
         // Before anything changes: spares for this split and later frees.
         if !self.fill_reserve(s) {
@@ -432,10 +449,13 @@ impl Search for BTree {
         let (leaf, j) = self.path[d];
         let n = get_mut(s, leaf);
         let (bs, be, e) = (n.lo[j], n.hi[j], a + size);
+        // Whatever is left below the new area, the busy area below the
+        // block is the one below the new area.
+        self.pred = n.kid[j];
         match (a == bs, e == be) {
             (true, true) => self.remove_at(s, d, j),
             (true, false) => {
-                n.lo[j] = e;
+                (n.lo[j], n.kid[j]) = (e, node);
                 self.fix_up(s, d);
             }
             (false, true) => {
@@ -444,14 +464,15 @@ impl Search for BTree {
             }
             (false, false) => {
                 n.hi[j] = a;
-                self.insert_at(s, d, j + 1, (e, be, NIL));
+                self.insert_at(s, d, j + 1, (e, be, node));
             }
         }
         Ok(())
     }
 
-    fn wants_prev(&self) -> bool {
-        false
+    #[inline]
+    fn busy_pred<S: NodeArena>(&self, _: &S, _: NodeIdx) -> Option<NodeIdx> {
+        Some(self.pred)
     }
 
     fn release<S: NodeArena>(
@@ -459,7 +480,7 @@ impl Search for BTree {
         s: &mut S,
         start: u64,
         mut end: u64,
-        _: NodeIdx,
+        prev: NodeIdx,
         _: NodeIdx,
     ) -> bool {
         let mut v = 0;
@@ -492,10 +513,10 @@ impl Search for BTree {
                 self.fix_up(s, d);
             }
             (false, true) => {
-                n.lo[r] = start;
+                (n.lo[r], n.kid[r]) = (start, prev);
                 self.fix_up(s, d);
             }
-            (false, false) => self.insert_at(s, d, r, (start, end, NIL)),
+            (false, false) => self.insert_at(s, d, r, (start, end, prev)),
         }
         let _ = self.fill_reserve(s);
         false
@@ -515,19 +536,24 @@ impl Search for BTree {
         let mut b = busy.first(s);
         let mut at = start;
         let mut last_free_end = None;
-        let mut tile = |fs: u64, fe: u64| -> Result<(), &'static str> {
+        let mut tile = |fs: u64, fe: u64, below: NodeIdx| -> Result<(), &'static str> {
             if fs >= fe {
                 return Err("btree: empty block");
             }
             if last_free_end == Some(fs) {
                 return Err("btree: adjacent free blocks not merged");
             }
+            let mut last = NIL;
             while b != NIL && s.node(b).start < fs {
                 if s.node(b).start != at {
                     return Err("free and busy areas do not tile the space");
                 }
                 at = s.node(b).end;
+                last = b;
                 b = busy.next(s, b);
+            }
+            if below != last {
+                return Err("btree: a block's busy area below is wrong");
             }
             if fs != at {
                 return Err("free and busy areas do not tile the space");
@@ -585,7 +611,7 @@ mod tests {
 
     fn blocks(t: &BTree, s: &Pool<4096>) -> std::vec::Vec<(u64, u64)> {
         let mut out = std::vec::Vec::new();
-        t.walk(s, t.root, 0, &mut |a, b| {
+        t.walk(s, t.root, 0, &mut |a, b, _| {
             out.push((a / P, b / P));
             Ok(())
         })

@@ -86,6 +86,23 @@ impl BNode {
         m
     }
 
+    /// Bit `j` set when slot `j` holds (leaf) or leads to (inner) a block
+    /// of at least `size` bytes (`size > 0`: empty slots never match).
+    #[inline]
+    fn fits(&self, size: u64) -> u32 {
+        let mut m = 0;
+        if self.leaf != 0 {
+            for j in 0..F {
+                m |= u32::from(self.hi[j] - self.lo[j] >= size) << j;
+            }
+        } else {
+            for j in 0..F {
+                m |= u32::from(self.hi[j] >= size) << j;
+            }
+        }
+        m
+    }
+
     /// Slots `0..len` with `lo <= key` (they come first: `lo` is sorted).
     #[inline]
     fn rank(&self, key: u64) -> usize {
@@ -220,44 +237,54 @@ impl BTree {
     ) -> Option<u64> {
         *visited += 1;
         let n = get(s, i);
-        let len = n.len as usize;
-        for j in 0..len {
+        let mut m = n.fits(fit.size);
+        // Slots below the one holding `vstart` end at or before the next
+        // slot's start, so at or below `vstart`: nothing there.
+        let r = n.rank(fit.vstart);
+        if r > 1 {
+            m &= u32::MAX << (r - 1);
+        }
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            m &= m - 1;
             if n.lo[j] >= fit.vend {
                 return None;
             }
-            if n.leaf != 0 {
-                if n.hi[j] - n.lo[j] >= fit.size && n.hi[j] > fit.vstart {
-                    if let Some(a) = fit.fit_in(n.lo[j], n.hi[j]) {
-                        self.path[l] = (i, j);
-                        return Some(a);
-                    }
-                }
-                continue;
-            }
-            // Blocks below slot j end at or before the next slot's start.
-            if n.hi[j] < fit.size || (j + 1 < len && n.lo[j + 1] <= fit.vstart) {
-                continue;
-            }
-            if let Some(a) = self.search(s, n.kid[j], l + 1, fit, visited) {
+            let found = if n.leaf != 0 {
+                fit.fit_in(n.lo[j], n.hi[j])
+            } else {
+                self.search(s, n.kid[j], l + 1, fit, visited)
+            };
+            if found.is_some() {
                 self.path[l] = (i, j);
-                return Some(a);
+                return found;
             }
         }
         None
     }
 
     /// Refreshes the parent slots above level `l` (lowest start, largest
-    /// block) along the path; stops where nothing changed.
-    fn fix_up<S: NodeArena>(&self, s: &mut S, mut l: usize) {
+    /// block) along the path; stops where nothing changed. `hint`: the one
+    /// value of the node at level `l` that changed, `(old, new)` (a block's
+    /// size in a leaf), so its largest block is rescanned only when the
+    /// largest one shrank; `None` after a change of shape (rescan).
+    fn fix_up<S: NodeArena>(&self, s: &mut S, mut l: usize, mut hint: Option<(u64, u64)>) {
         while l > 0 {
-            let c = get(s, self.path[l].0);
-            let (lo, max) = (c.lo[0], c.max());
             let (p, j) = self.path[l - 1];
+            let pm = get(s, p).hi[j];
+            let c = get(s, self.path[l].0);
+            let max = match hint {
+                Some((_, new)) if new >= pm => new,
+                Some((old, _)) if old < pm => pm,
+                _ => c.max(),
+            };
+            let lo = c.lo[0];
             let pn = get_mut(s, p);
-            if pn.lo[j] == lo && pn.hi[j] == max {
+            if pn.lo[j] == lo && pm == max {
                 return;
             }
             (pn.lo[j], pn.hi[j]) = (lo, max);
+            hint = Some((pm, max));
             l -= 1;
         }
     }
@@ -265,11 +292,18 @@ impl BTree {
     /// Writes `(lo, hi, kid)` into slot `pos` of the node at level `l` of
     /// the path, splitting full nodes upwards (nodes from the reserve or
     /// the source).
-    fn insert_at<S: NodeArena>(&mut self, s: &mut S, l: usize, pos: usize, e: (u64, u64, NodeIdx)) {
+    fn insert_at<S: NodeArena>(
+        &mut self,
+        s: &mut S,
+        l: usize,
+        pos: usize,
+        e: (u64, u64, NodeIdx),
+        hint: Option<(u64, u64)>,
+    ) {
         let i = self.path[l].0;
         if (get(s, i).len as usize) < F {
             get_mut(s, i).insert(pos, e.0, e.1, e.2);
-            self.fix_up(s, l);
+            self.fix_up(s, l, hint);
             return;
         }
         let r = self
@@ -318,7 +352,7 @@ impl BTree {
         let (p, j) = self.path[l - 1];
         let pn = get_mut(s, p);
         (pn.lo[j], pn.hi[j]) = (llo, lmax);
-        self.insert_at(s, l - 1, j + 1, (rlo, rmax, r));
+        self.insert_at(s, l - 1, j + 1, (rlo, rmax, r), None);
     }
 
     /// Closes slot `pos` of the node at level `l` of the path; an emptied
@@ -333,7 +367,7 @@ impl BTree {
                 n.leaf = 1;
                 self.depth = 1;
             } else {
-                self.fix_up(s, l);
+                self.fix_up(s, l, None);
             }
             self.collapse(s);
             return;
@@ -456,15 +490,15 @@ impl Search for BTree {
             (true, true) => self.remove_at(s, d, j),
             (true, false) => {
                 (n.lo[j], n.kid[j]) = (e, node);
-                self.fix_up(s, d);
+                self.fix_up(s, d, Some((be - bs, be - e)));
             }
             (false, true) => {
                 n.hi[j] = a;
-                self.fix_up(s, d);
+                self.fix_up(s, d, Some((be - bs, a - bs)));
             }
             (false, false) => {
                 n.hi[j] = a;
-                self.insert_at(s, d, j + 1, (e, be, node));
+                self.insert_at(s, d, j + 1, (e, be, node), None);
             }
         }
         Ok(())
@@ -509,14 +543,18 @@ impl Search for BTree {
                 self.remove_at(s, d, r);
             }
             (true, false) => {
+                let p = n.lo[r - 1];
                 n.hi[r - 1] = end;
-                self.fix_up(s, d);
+                self.fix_up(s, d, Some((start - p, end - p)));
             }
             (false, true) => {
+                let x = n.hi[r];
                 (n.lo[r], n.kid[r]) = (start, prev);
-                self.fix_up(s, d);
+                self.fix_up(s, d, Some((x - end, x - start)));
             }
-            (false, false) => self.insert_at(s, d, r, (start, end, prev)),
+            (false, false) => {
+                self.insert_at(s, d, r, (start, end, prev), Some((0, end - start)));
+            }
         }
         let _ = self.fill_reserve(s);
         false

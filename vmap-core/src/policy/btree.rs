@@ -86,30 +86,13 @@ impl BNode {
         m
     }
 
-    /// Bit `j` set when slot `j` holds (leaf) or leads to (inner) a block
-    /// of at least `size` bytes (`size > 0`: empty slots never match).
-    #[inline]
-    fn fits(&self, size: u64) -> u32 {
-        let mut m = 0;
-        if self.leaf != 0 {
-            for j in 0..F {
-                m |= u32::from(self.hi[j] - self.lo[j] >= size) << j;
-            }
-        } else {
-            for j in 0..F {
-                m |= u32::from(self.hi[j] >= size) << j;
-            }
-        }
-        m
-    }
-
     /// Slots `0..len` with `lo <= key` (they come first: `lo` is sorted).
     #[inline]
     fn rank(&self, key: u64) -> usize {
         let n = self.len as usize;
         let mut r = 0;
-        for j in 0..F {
-            r += usize::from(j < n && self.lo[j] <= key);
+        while r < n && self.lo[r] <= key {
+            r += 1;
         }
         r
     }
@@ -237,16 +220,23 @@ impl BTree {
     ) -> Option<u64> {
         *visited += 1;
         let n = get(s, i);
-        let mut m = n.fits(fit.size);
+        let len = n.len as usize;
         // Slots below the one holding `vstart` end at or before the next
         // slot's start, so at or below `vstart`: nothing there.
-        let r = n.rank(fit.vstart);
-        if r > 1 {
-            m &= u32::MAX << (r - 1);
-        }
-        while m != 0 {
-            let j = m.trailing_zeros() as usize;
-            m &= m - 1;
+        let first = if fit.vstart > n.lo[0] {
+            n.rank(fit.vstart) - 1
+        } else {
+            0
+        };
+        for j in first..len {
+            let big = if n.leaf != 0 {
+                n.hi[j] - n.lo[j]
+            } else {
+                n.hi[j]
+            };
+            if big < fit.size {
+                continue;
+            }
             if n.lo[j] >= fit.vend {
                 return None;
             }

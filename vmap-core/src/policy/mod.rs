@@ -21,8 +21,8 @@ use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
 use crate::tree::{NoAug, Tree};
 
-/// The policy the fronts ([`GlobalVmap`](crate::GlobalVmap),
-/// [`ShardedVmap`](crate::ShardedVmap)) use unless told otherwise.
+/// The policy the fronts (`GlobalVmap`, `ShardedVmap`, feature `alloc`)
+/// use unless told otherwise.
 pub type DefaultPolicy = Augmented;
 
 /// The busy tree (`vmap_area_root`): allocated areas by address.

@@ -444,7 +444,8 @@ pub fn run(common: &Common, args: &VmapBenchArgs) -> i32 {
     for &p in &patterns {
         if p == Pattern::Aged {
             let steps = args.ops.unwrap_or(aged::DEFAULT_STEPS);
-            results.extend(aged::run(&allocators, args.live, steps, common.seed));
+            let every = args.allocator == Allocator::All;
+            results.extend(aged::run(&allocators, args.live, steps, common.seed, every));
             continue;
         }
         let ops = args.ops.unwrap_or(200_000);

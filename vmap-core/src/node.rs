@@ -542,6 +542,27 @@ mod tests {
         assert_eq!(s.alloc_node(), Some(a));
     }
 
+    /// Runs are consecutive slots past the single ones, grow the table
+    /// when needed, and come back through their own list.
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn runs_are_consecutive_and_recycled() {
+        let mut s = NodeTable::new(VecSource::new());
+        let one = s.alloc_node().unwrap();
+        let r = s.alloc_run(4).unwrap();
+        assert_eq!(r, one + 1);
+        let big: std::vec::Vec<_> = (0..40).map(|_| s.alloc_run(4).unwrap()).collect();
+        assert!(big.windows(2).all(|w| w[1] == w[0] + 4), "grown in place order");
+        assert_eq!(s.in_use(), 1 + 4 * 41);
+        // SAFETY: a run of 4 slots just taken, in bounds; a whole u64 write.
+        unsafe { s.run_mut(r, 4).cast::<u64>().write(7) };
+        s.free_run(r, 4);
+        assert_eq!(s.alloc_run(4), Some(r));
+        // The single-slot list is untouched by runs.
+        s.free_node(one);
+        assert_eq!(s.alloc_node(), Some(one));
+    }
+
     /// Growing copies the nodes: indices keep their contents.
     #[cfg(feature = "alloc")]
     #[test]

@@ -552,7 +552,10 @@ mod tests {
         let r = s.alloc_run(4).unwrap();
         assert_eq!(r, one + 1);
         let big: std::vec::Vec<_> = (0..40).map(|_| s.alloc_run(4).unwrap()).collect();
-        assert!(big.windows(2).all(|w| w[1] == w[0] + 4), "grown in place order");
+        assert!(
+            big.windows(2).all(|w| w[1] == w[0] + 4),
+            "grown in place order"
+        );
         assert_eq!(s.in_use(), 1 + 4 * 41);
         // SAFETY: a run of 4 slots just taken, in bounds; a whole u64 write.
         unsafe { s.run_mut(r, 4).cast::<u64>().write(7) };

@@ -4,6 +4,16 @@
 //! allocator runs the same pre-generated request sequence, five times, and
 //! the median ns/op is reported.
 //!
+//! `--pattern aged` is a space after an hour of use rather than an empty
+//! one (`aged.rs`): `--live N` areas of 1-16 pages, then each step
+//! allocates one and frees a random live one; it reports ns per step and
+//! the address-space high-water mark (fragmentation).
+//!
+//! Besides the default policy, the rows `vmap-core-augmented`,
+//! `vmap-core-btree` (each free-area policy by name) and `vmap-core-sharded`
+//! (the per-node front with its size-class pools, one node: the path a
+//! vmalloc user takes) are measured.
+//!
 //! The `vmem` peer (Bonwick arena) needs nightly: it is built only with the
 //! harness feature `nightly-peers`
 //! (`cargo +nightly build --release -p harness --features nightly-peers`);
@@ -13,7 +23,11 @@ use crate::cli::Common;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
-use vmap_core::{Augmented, VecSource, VirtAddr, VmapSpace};
+use vmap_core::{
+    Augmented, FreeAreaSearch, ShardedVmap, VecSource, VirtAddr, VmapArea, VmapNodes, VmapSpace,
+};
+
+mod aged;
 
 const PAGE: u64 = 4096;
 /// Linux x86_64's vmalloc space starts here; 32 TiB of it.
@@ -39,7 +53,11 @@ pub enum Pattern {
     /// 1 page with `--busy` one-page areas allocated (long_busy_list_alloc_test).
     #[value(name = "long_busy_list")]
     LongBusyList,
-    /// Every pattern.
+    /// An aged space: `--live` areas of 1-16 pages; each op allocates one
+    /// and frees a random live one (`--ops` steps, default 20 000).
+    #[value(name = "aged")]
+    Aged,
+    /// Every test_vmalloc pattern above (`aged` runs on its own).
     All,
 }
 
@@ -47,9 +65,18 @@ pub enum Pattern {
 #[allow(clippy::enum_variant_names)] // the crates' own names
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Allocator {
-    /// This workspace, default policy (augmented free tree).
+    /// This workspace, default policy.
     #[value(name = "vmap-core")]
     VmapCore,
+    /// vmap-core with the augmented free tree.
+    #[value(name = "vmap-core-augmented")]
+    VmapCoreAugmented,
+    /// vmap-core with the B-tree free-area index.
+    #[value(name = "vmap-core-btree")]
+    VmapCoreBtree,
+    /// vmap-core's sharded front (one node, size-class pools of depth 64).
+    #[value(name = "vmap-core-sharded")]
+    VmapCoreSharded,
     /// rust-vmm's vm-allocator (interval tree, first match).
     #[value(name = "vm-allocator")]
     VmAllocator,
@@ -76,12 +103,15 @@ pub struct VmapBenchArgs {
     /// Allocator.
     #[arg(long, value_enum, default_value = "all")]
     pub allocator: Allocator,
-    /// Alloc/free pairs per run.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub ops: u64,
+    /// Alloc/free pairs per run [default: 200 000; aged: 20 000 steps].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub ops: Option<u64>,
     /// Busy one-page areas for long_busy_list.
     #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub busy: u64,
+    /// Live areas of the aged pattern.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub live: u64,
 }
 
 const PATTERNS: [Pattern; 5] = [
@@ -93,6 +123,9 @@ const PATTERNS: [Pattern; 5] = [
 ];
 const ALLOCATORS: &[Allocator] = &[
     Allocator::VmapCore,
+    Allocator::VmapCoreAugmented,
+    Allocator::VmapCoreBtree,
+    Allocator::VmapCoreSharded,
     Allocator::VmAllocator,
     Allocator::RangeAlloc,
     Allocator::OffsetAllocator,
@@ -123,7 +156,7 @@ fn requests(p: Pattern, ops: u64, seed: u64) -> Vec<(u64, u64)> {
     let mut r = Rng(seed);
     (0..ops)
         .map(|_| match p {
-            Pattern::FixSize | Pattern::LongBusyList | Pattern::All => (PAGE, PAGE),
+            Pattern::FixSize | Pattern::LongBusyList | Pattern::Aged | Pattern::All => (PAGE, PAGE),
             Pattern::RandomSize => ((r.next() % 100 + 1) * PAGE, PAGE),
             Pattern::FixAlign => (5 * PAGE, 32 << 10),
             Pattern::RandomSizeAlign => {
@@ -140,10 +173,12 @@ trait Peer {
     const ALIGN: bool;
     fn alloc(&mut self, size: u64, align: u64) -> Option<Self::H>;
     fn free(&mut self, h: Self::H);
+    /// Where the handle's range starts, in bytes from the allocator's base.
+    fn offset(h: &Self::H) -> u64;
 }
 
-struct Vmap(VmapSpace<Augmented, VecSource>);
-impl Peer for Vmap {
+struct Vmap<F: FreeAreaSearch>(VmapSpace<F, VecSource>);
+impl<F: FreeAreaSearch> Peer for Vmap<F> {
     type H = VirtAddr;
     const ALIGN: bool = true;
     #[inline]
@@ -154,6 +189,40 @@ impl Peer for Vmap {
     #[inline]
     fn free(&mut self, h: VirtAddr) {
         let _ = self.0.find_unlink(h);
+    }
+    fn offset(h: &VirtAddr) -> u64 {
+        h.as_u64() - VSTART
+    }
+}
+
+fn vmap<F: FreeAreaSearch>() -> Result<Vmap<F>, String> {
+    VmapSpace::new(
+        VirtAddr::new(VSTART),
+        VirtAddr::new(VSTART + VSIZE),
+        PAGE,
+        VecSource::new(),
+    )
+    .map(Vmap)
+    .map_err(|e| e.to_string())
+}
+
+/// The sharded front as vmalloc uses it (pools on), one node: alloc and
+/// free through its `VmapNodes` API, with its locks.
+struct Sharded(ShardedVmap);
+impl Peer for Sharded {
+    type H = VmapArea;
+    const ALIGN: bool = true;
+    #[inline]
+    fn alloc(&mut self, size: u64, align: u64) -> Option<VmapArea> {
+        let (s, e) = self.0.range();
+        self.0.alloc(0, size, align, s, e).ok()
+    }
+    #[inline]
+    fn free(&mut self, h: VmapArea) {
+        let _ = self.0.free_area(&h);
+    }
+    fn offset(h: &VmapArea) -> u64 {
+        h.va_start.as_u64() - VSTART
     }
 }
 
@@ -171,6 +240,9 @@ impl Peer for VmAlloc {
     fn free(&mut self, h: Self::H) {
         let _ = self.0.free(&h);
     }
+    fn offset(h: &Self::H) -> u64 {
+        h.start() - VSTART
+    }
 }
 
 struct RangeA(range_alloc::RangeAllocator<u64>);
@@ -184,6 +256,9 @@ impl Peer for RangeA {
     #[inline]
     fn free(&mut self, h: Self::H) {
         self.0.free_range(h);
+    }
+    fn offset(h: &Self::H) -> u64 {
+        h.start - VSTART
     }
 }
 
@@ -199,6 +274,9 @@ impl Peer for OffsetA {
     #[inline]
     fn free(&mut self, h: Self::H) {
         self.0.free(h);
+    }
+    fn offset(h: &Self::H) -> u64 {
+        u64::from(h.offset) * PAGE
     }
 }
 
@@ -253,17 +331,69 @@ mod vmem_peer {
         fn free(&mut self, h: usize) {
             let _ = self.0.free(h);
         }
+        fn offset(h: &usize) -> u64 {
+            *h as u64 - VSTART
+        }
     }
 }
 
 /// Runs the op sequence once; returns the elapsed nanoseconds.
 type Runner = Box<dyn FnMut(&[(u64, u64)]) -> Result<u64, String>>;
 
-fn make(a: Allocator, busy: u64) -> Result<Runner, String> {
-    fn boxed<P: Peer + 'static>(mut p: P, busy: u64) -> Result<Runner, String> {
+/// Something to do with a freshly built allocator of any type.
+trait Visit {
+    type Out;
+    fn visit<P: Peer + 'static>(self, p: P) -> Result<Self::Out, String>;
+}
+
+/// Builds allocator `a` (with room for `capacity` live areas) and hands it
+/// to `v`.
+fn build<V: Visit>(a: Allocator, capacity: u64, v: V) -> Result<V::Out, String> {
+    match a {
+        Allocator::VmapCore => v.visit(vmap::<vmap_core::DefaultPolicy>()?),
+        Allocator::VmapCoreAugmented => v.visit(vmap::<Augmented>()?),
+        Allocator::VmapCoreBtree => v.visit(vmap::<vmap_core::BTree>()?),
+        Allocator::VmapCoreSharded => v.visit(Sharded(
+            ShardedVmap::new(
+                VirtAddr::new(VSTART),
+                VirtAddr::new(VSTART + VSIZE),
+                PAGE,
+                1,
+            )
+            .map_err(|e| e.to_string())?,
+        )),
+        Allocator::VmAllocator => v.visit(VmAlloc(
+            vm_allocator::AddressAllocator::new(VSTART, VSIZE).map_err(|e| e.to_string())?,
+        )),
+        Allocator::RangeAlloc => v.visit(RangeA(range_alloc::RangeAllocator::new(
+            VSTART..VSTART + VSIZE,
+        ))),
+        Allocator::OffsetAllocator => {
+            v.visit(OffsetA(offset_allocator::Allocator::with_max_allocs(
+                (VSIZE / PAGE).min(u32::MAX as u64) as u32,
+                (capacity as u32).saturating_add(1024).max(128 * 1024),
+            )))
+        }
+        #[cfg(feature = "nightly-peers")]
+        Allocator::Vmem => v.visit(vmem_peer::Vmem::new()?),
+        #[cfg(not(feature = "nightly-peers"))]
+        Allocator::Vmem => {
+            Err("vmem needs nightly: build the harness with --features nightly-peers".into())
+        }
+        Allocator::All => Err("internal: All is not an allocator".into()),
+    }
+}
+
+/// The alloc-then-free loop, after `busy` one-page areas.
+struct Pairs {
+    busy: u64,
+}
+impl Visit for Pairs {
+    type Out = Runner;
+    fn visit<P: Peer + 'static>(self, mut p: P) -> Result<Runner, String> {
         // The busy list stays allocated for the whole run.
         let mut keep = Vec::new();
-        for _ in 0..busy {
+        for _ in 0..self.busy {
             keep.push(p.alloc(PAGE, PAGE).ok_or("busy list does not fit")?);
         }
         Ok(Box::new(move |reqs: &[(u64, u64)]| {
@@ -276,57 +406,21 @@ fn make(a: Allocator, busy: u64) -> Result<Runner, String> {
             Ok(t.elapsed().as_nanos() as u64)
         }))
     }
-    match a {
-        Allocator::VmapCore => boxed(
-            Vmap(
-                VmapSpace::new(
-                    VirtAddr::new(VSTART),
-                    VirtAddr::new(VSTART + VSIZE),
-                    PAGE,
-                    VecSource::new(),
-                )
-                .map_err(|e| e.to_string())?,
-            ),
-            busy,
-        ),
-        Allocator::VmAllocator => boxed(
-            VmAlloc(vm_allocator::AddressAllocator::new(VSTART, VSIZE).map_err(|e| e.to_string())?),
-            busy,
-        ),
-        Allocator::RangeAlloc => boxed(
-            RangeA(range_alloc::RangeAllocator::new(VSTART..VSTART + VSIZE)),
-            busy,
-        ),
-        Allocator::OffsetAllocator => boxed(
-            OffsetA(offset_allocator::Allocator::with_max_allocs(
-                (VSIZE / PAGE).min(u32::MAX as u64) as u32,
-                (busy as u32).saturating_add(1024).max(128 * 1024),
-            )),
-            busy,
-        ),
-        #[cfg(feature = "nightly-peers")]
-        Allocator::Vmem => boxed(vmem_peer::Vmem::new()?, busy),
-        #[cfg(not(feature = "nightly-peers"))]
-        Allocator::Vmem => {
-            Err("vmem needs nightly: build the harness with --features nightly-peers".into())
-        }
-        Allocator::All => Err("internal: All is not an allocator".into()),
+}
+
+/// Whether allocator `a` honours an alignment.
+struct CanAlign;
+impl Visit for CanAlign {
+    type Out = bool;
+    fn visit<P: Peer + 'static>(self, _: P) -> Result<bool, String> {
+        Ok(P::ALIGN)
     }
 }
 
 fn can_align(a: Allocator) -> bool {
-    match a {
-        Allocator::VmapCore => Vmap::ALIGN,
-        Allocator::VmAllocator => VmAlloc::ALIGN,
-        Allocator::RangeAlloc => RangeA::ALIGN,
-        Allocator::OffsetAllocator => OffsetA::ALIGN,
-        #[cfg(feature = "nightly-peers")]
-        Allocator::Vmem => vmem_peer::Vmem::ALIGN,
-        // Not built: `make` reports why.
-        #[cfg(not(feature = "nightly-peers"))]
-        Allocator::Vmem => true,
-        Allocator::All => false,
-    }
+    // An allocator that is not built (vmem without nightly): `build`
+    // reports why when it is run.
+    build(a, 0, CanAlign).unwrap_or(true)
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -348,7 +442,14 @@ pub fn run(common: &Common, args: &VmapBenchArgs) -> i32 {
     };
     let mut results: Vec<Value> = Vec::new();
     for &p in &patterns {
-        let reqs = requests(p, args.ops, common.seed);
+        if p == Pattern::Aged {
+            let steps = args.ops.unwrap_or(aged::DEFAULT_STEPS);
+            let every = args.allocator == Allocator::All;
+            results.extend(aged::run(&allocators, args.live, steps, common.seed, every));
+            continue;
+        }
+        let ops = args.ops.unwrap_or(200_000);
+        let reqs = requests(p, ops, common.seed);
         let aligned = matches!(p, Pattern::FixAlign | Pattern::RandomSizeAlign);
         let busy = if p == Pattern::LongBusyList {
             args.busy
@@ -356,14 +457,14 @@ pub fn run(common: &Common, args: &VmapBenchArgs) -> i32 {
             0
         };
         for &a in &allocators {
-            let mut row = json!({"pattern": name(p), "allocator": name(a), "ops": args.ops});
+            let mut row = json!({"pattern": name(p), "allocator": name(a), "ops": ops});
             if aligned && !can_align(a) {
                 row["ns_per_op"] = Value::Null;
                 row["note"] = json!("cannot express alignment");
                 results.push(row);
                 continue;
             }
-            let outcome = make(a, busy).and_then(|mut f| {
+            let outcome = build(a, busy, Pairs { busy }).and_then(|mut f| {
                 let mut runs = Vec::new();
                 for _ in 0..REPEAT {
                     runs.push(f(&reqs)?);
@@ -372,7 +473,7 @@ pub fn run(common: &Common, args: &VmapBenchArgs) -> i32 {
             });
             match outcome {
                 Ok(runs) => {
-                    let per_op: Vec<u64> = runs.iter().map(|t| t / args.ops).collect();
+                    let per_op: Vec<u64> = runs.iter().map(|t| t / ops).collect();
                     row["ns_per_op"] = json!(median(per_op.clone()));
                     row["runs_ns_per_op"] = json!(per_op);
                     if busy > 0 {
@@ -392,18 +493,18 @@ pub fn run(common: &Common, args: &VmapBenchArgs) -> i32 {
         println!("{}", json!({ "results": results }));
     } else {
         println!(
-            "{:<18} {:<17} {:>10} {:>12}  note",
-            "pattern", "allocator", "ops", "ns_per_op"
+            "{:<18} {:<20} {:>10} {:>12} {:>14}  note",
+            "pattern", "allocator", "ops", "ns_per_op", "high_water"
         );
+        let show = |v: &Value| v.as_u64().map_or("-".to_string(), |v| v.to_string());
         for r in &results {
             println!(
-                "{:<18} {:<17} {:>10} {:>12}  {}",
+                "{:<18} {:<20} {:>10} {:>12} {:>14}  {}",
                 r["pattern"].as_str().unwrap_or(""),
                 r["allocator"].as_str().unwrap_or(""),
                 r["ops"],
-                r["ns_per_op"]
-                    .as_u64()
-                    .map_or("-".to_string(), |v| v.to_string()),
+                show(&r["ns_per_op"]),
+                show(&r["high_water_bytes"]),
                 r["note"].as_str().unwrap_or("")
             );
         }

@@ -31,9 +31,10 @@
 //! for like arch-api's `FrameSource`: `&self`, `u64` sizes, `FrameError`):
 //! no global state and no heap unless the `alloc` feature is on.
 //!
-//! The seam is [`FreeAreaSearch`]: how a free block is found. Three policies,
+//! The seam is [`FreeAreaSearch`]: how a free block is found. Four policies,
 //! identical placement: [`Linear`] (2010 baseline), [`FreeVmapCache`]
-//! (2010 fix) and [`Augmented`] (default; free tree with subtree maxima).
+//! (2010 fix), [`Augmented`] (free tree with subtree maxima) and [`BTree`]
+//! (wide nodes with per-slot maxima); [`DefaultPolicy`] is the fronts'.
 //!
 //! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
 //! With `alloc`, the `sharded` module adds per-node fronts (Linux 6.9's split
@@ -71,7 +72,7 @@ pub use error::VmapError;
 #[cfg(feature = "alloc")]
 pub use node::VecSource;
 pub use node::{FixedPool, NodeIdx, NodeSource, TreeNode};
-pub use policy::{Augmented, FreeAreaSearch, FreeVmapCache, Linear};
+pub use policy::{Augmented, BTree, DefaultPolicy, FreeAreaSearch, FreeVmapCache, Linear};
 pub use request::AllocRequest;
 #[cfg(feature = "alloc")]
 pub use sharded::{GlobalVmap, ShardedVmap, VmapNodes};

@@ -147,6 +147,21 @@ pub trait NodeArena {
     fn node_mut(&mut self, idx: NodeIdx) -> &mut TreeNode;
     /// Slots currently handed out.
     fn in_use(&self) -> usize;
+
+    /// `k` consecutive slots (a policy's wide node of `k` cache lines), or
+    /// `None` when the source cannot grow the table. The slots are raw
+    /// memory for the policy's own node type: it writes a whole value
+    /// through [`run_mut`](Self::run_mut) before reading, never uses
+    /// [`node`](Self::node) on them, and gives them back with
+    /// [`free_run`](Self::free_run) (same `k`). A table serves one run size.
+    fn alloc_run(&mut self, k: u32) -> Option<NodeIdx>;
+    /// Returns a run from [`alloc_run`](Self::alloc_run).
+    fn free_run(&mut self, idx: NodeIdx, k: u32);
+    /// The first byte of run `idx` of `k` slots: valid for reads of
+    /// `64 * k` bytes, aligned to 64, until the table is next changed.
+    fn run(&self, idx: NodeIdx, k: u32) -> *const TreeNode;
+    /// As [`run`](Self::run), valid for writes too.
+    fn run_mut(&mut self, idx: NodeIdx, k: u32) -> *mut TreeNode;
 }
 
 /// A space's node table: one block from its [`NodeSource`], grown by
@@ -161,6 +176,9 @@ pub struct NodeTable<S: NodeSource> {
     /// Slots `[next_unused, len)` have never been handed out.
     next_unused: u32,
     in_use: usize,
+    /// Head of the list of returned runs (linked through `right` of their
+    /// first slot, which holds a `TreeNode` again once returned).
+    run_head: NodeIdx,
 }
 
 // SAFETY: the table owns its block exclusively (the source's contract); it
@@ -179,25 +197,26 @@ impl<S: NodeSource> NodeTable<S> {
             free_head: NIL,
             next_unused: 0,
             in_use: 0,
+            run_head: NIL,
         }
     }
 
-    /// Replaces the block by a larger one from the source; `false` if the
-    /// source has none.
+    /// Replaces the block by a larger one from the source (at least `min`
+    /// nodes); `false` if the source has none.
     #[cold]
-    fn grow(&mut self) -> bool {
+    fn grow(&mut self, min: u64) -> bool {
         const MAX: u64 = NIL as u64 - 1;
         let len = u64::from(self.len);
-        if len >= MAX {
+        if len >= MAX || min > MAX {
             return false;
         }
-        let preferred = (len * 2).clamp(64, MAX);
-        let Ok((block, n)) = self.src.alloc_nodes(len + 1, preferred) else {
+        let preferred = (len * 2).clamp(64, MAX).max(min);
+        let Ok((block, n)) = self.src.alloc_nodes(min, preferred) else {
             return false;
         };
         // More than a table can index is refused (a source that broke its
         // contract or a pool larger than that).
-        if n <= len || n > MAX {
+        if n < min || n > MAX {
             // A source that broke its contract: hand the block back.
             // SAFETY: just allocated, unused.
             unsafe { self.src.free_nodes(block, n) };
@@ -230,7 +249,7 @@ impl<S: NodeSource> NodeArena for NodeTable<S> {
             self.free_head = self.node(idx).right;
             idx
         } else {
-            if self.next_unused == self.len && !self.grow() {
+            if self.next_unused == self.len && !self.grow(u64::from(self.len) + 1) {
                 return None;
             }
             self.next_unused += 1;
@@ -267,6 +286,59 @@ impl<S: NodeSource> NodeArena for NodeTable<S> {
 
     fn in_use(&self) -> usize {
         self.in_use
+    }
+
+    fn alloc_run(&mut self, k: u32) -> Option<NodeIdx> {
+        let idx = if self.run_head != NIL {
+            let idx = self.run_head;
+            self.run_head = self.node(idx).right;
+            idx
+        } else {
+            let need = self.next_unused.checked_add(k)?;
+            if need > self.len && !self.grow(u64::from(need)) {
+                return None;
+            }
+            self.next_unused = need;
+            need - k
+        };
+        self.in_use += k as usize;
+        Some(idx)
+    }
+
+    fn free_run(&mut self, idx: NodeIdx, k: u32) {
+        let head = self.run_head;
+        let p = self.run_mut(idx, k);
+        // SAFETY: `run_mut` checked the run lies in the block; the first
+        // slot becomes a `TreeNode` again (whatever the policy stored there)
+        // before `node` reads its link.
+        unsafe {
+            p.write(TreeNode {
+                right: head,
+                ..TreeNode::EMPTY
+            })
+        };
+        self.run_head = idx;
+        self.in_use -= k as usize;
+    }
+
+    #[inline]
+    fn run(&self, idx: NodeIdx, k: u32) -> *const TreeNode {
+        assert!(
+            u64::from(idx) + u64::from(k) <= u64::from(self.len),
+            "run out of range"
+        );
+        // SAFETY: in bounds of our block (checked above).
+        unsafe { self.base.as_ptr().add(idx as usize) }
+    }
+
+    #[inline]
+    fn run_mut(&mut self, idx: NodeIdx, k: u32) -> *mut TreeNode {
+        assert!(
+            u64::from(idx) + u64::from(k) <= u64::from(self.len),
+            "run out of range"
+        );
+        // SAFETY: in bounds of our block (checked above).
+        unsafe { self.base.as_ptr().add(idx as usize) }
     }
 }
 
@@ -468,6 +540,30 @@ mod tests {
         assert_eq!(s.alloc_node(), None);
         s.free_node(a);
         assert_eq!(s.alloc_node(), Some(a));
+    }
+
+    /// Runs are consecutive slots past the single ones, grow the table
+    /// when needed, and come back through their own list.
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn runs_are_consecutive_and_recycled() {
+        let mut s = NodeTable::new(VecSource::new());
+        let one = s.alloc_node().unwrap();
+        let r = s.alloc_run(4).unwrap();
+        assert_eq!(r, one + 1);
+        let big: std::vec::Vec<_> = (0..40).map(|_| s.alloc_run(4).unwrap()).collect();
+        assert!(
+            big.windows(2).all(|w| w[1] == w[0] + 4),
+            "grown in place order"
+        );
+        assert_eq!(s.in_use(), 1 + 4 * 41);
+        // SAFETY: a run of 4 slots just taken, in bounds; a whole u64 write.
+        unsafe { s.run_mut(r, 4).cast::<u64>().write(7) };
+        s.free_run(r, 4);
+        assert_eq!(s.alloc_run(4), Some(r));
+        // The single-slot list is untouched by runs.
+        s.free_node(one);
+        assert_eq!(s.alloc_node(), Some(one));
     }
 
     /// Growing copies the nodes: indices keep their contents.

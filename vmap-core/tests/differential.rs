@@ -1,7 +1,7 @@
 //! Differential test: random sequences that change size, align, phase,
 //! nocross, vstart and vend between calls (the class that crashed boots in
 //! 2010), exact-address requests, frees in random order, bogus and double
-//! frees. The three policies must return identical results, and agree with
+//! frees. The four policies must return identical results, and agree with
 //! the brute-force reference model. 8 x 125 000 = 1 000 000 operations per
 //! normal run (scaled down under miri).
 
@@ -9,8 +9,8 @@ mod common;
 
 use common::{Reference, Req, Rng, span};
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapError,
-    VmapSpace,
+    AllocRequest, Augmented, BTree, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
+    VmapError, VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -100,6 +100,7 @@ fn run(seed: u64, ops: usize) {
     let mut lin = space::<Linear>();
     let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
+    let mut bt = space::<BTree>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     let mut freed: Vec<u64> = Vec::new();
     for op in 0..ops {
@@ -112,6 +113,7 @@ fn run(seed: u64, ops: usize) {
                 lin.alloc_request(&q).map(|a| span(&a).0),
                 fac.alloc_request(&q).map(|a| span(&a).0),
                 aug.alloc_request(&q).map(|a| span(&a).0),
+                bt.alloc_request(&q).map(|a| span(&a).0),
             ];
             for g in got {
                 assert_eq!(g, want, "seed {seed} op {op}: {r:?}");
@@ -123,9 +125,24 @@ fn run(seed: u64, ops: usize) {
             let a = VirtAddr::new(addr);
             // Exercise every free entry point; all unlink the same area.
             let got = match op % 3 {
-                0 => [lin.find_unlink(a), fac.free(a), aug.free_two_search(a)],
-                1 => [lin.free(a), fac.free_two_search(a), aug.find_unlink(a)],
-                _ => [lin.free_two_search(a), fac.find_unlink(a), aug.free(a)],
+                0 => [
+                    lin.find_unlink(a),
+                    fac.free(a),
+                    aug.free_two_search(a),
+                    bt.free(a),
+                ],
+                1 => [
+                    lin.free(a),
+                    fac.free_two_search(a),
+                    aug.find_unlink(a),
+                    bt.free_two_search(a),
+                ],
+                _ => [
+                    lin.free_two_search(a),
+                    fac.find_unlink(a),
+                    aug.free(a),
+                    bt.find_unlink(a),
+                ],
             };
             for g in got {
                 assert_eq!(g.map(|x| span(&x)), Ok(want), "seed {seed} op {op}");
@@ -146,12 +163,18 @@ fn run(seed: u64, ops: usize) {
                     lin.free(VirtAddr::new(addr)),
                     fac.free(VirtAddr::new(addr)),
                     aug.free(VirtAddr::new(addr)),
+                    bt.free(VirtAddr::new(addr)),
                 ] {
                     assert_eq!(g.map(|x| span(&x)), Ok(w));
                 }
             } else {
                 let a = VirtAddr::new(addr);
-                for g in [lin.find_unlink(a), fac.find_unlink(a), aug.find_unlink(a)] {
+                for g in [
+                    lin.find_unlink(a),
+                    fac.find_unlink(a),
+                    aug.find_unlink(a),
+                    bt.find_unlink(a),
+                ] {
                     assert_eq!(g, Err(VmapError::NotFound { addr }), "seed {seed} op {op}");
                 }
             }
@@ -159,7 +182,7 @@ fn run(seed: u64, ops: usize) {
             let addr = BASE + rng.below(PAGES * P);
             let want = reference.find(addr);
             let a = VirtAddr::new(addr);
-            for g in [lin.find(a), fac.find(a), aug.find(a)] {
+            for g in [lin.find(a), fac.find(a), aug.find(a), bt.find(a)] {
                 assert_eq!(g.map(|x| span(&x)), want);
             }
         }
@@ -167,6 +190,7 @@ fn run(seed: u64, ops: usize) {
             lin.check_invariants().unwrap();
             fac.check_invariants().unwrap();
             aug.check_invariants().unwrap();
+            bt.check_invariants().unwrap();
             let live: Vec<_> = aug.iter().map(|a| span(&a)).collect();
             assert_eq!(live, reference.busy);
             assert_eq!(lin.iter().count(), live.len());
@@ -178,12 +202,15 @@ fn run(seed: u64, ops: usize) {
         lin.free(a).unwrap();
         fac.free(a).unwrap();
         aug.free(a).unwrap();
+        bt.free(a).unwrap();
     }
     assert_eq!(lin.nodes_in_use(), 0);
     assert_eq!(fac.nodes_in_use(), 0);
     assert_eq!(aug.nodes_in_use(), 1);
     assert_eq!(aug.free_bytes(), PAGES * P);
     aug.check_invariants().unwrap();
+    assert_eq!(bt.free_bytes(), PAGES * P);
+    bt.check_invariants().unwrap();
 }
 
 const OPS: usize = if cfg!(miri) { 300 } else { 125_000 };

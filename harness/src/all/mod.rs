@@ -13,6 +13,7 @@ mod machine;
 mod plan;
 mod report;
 mod runner;
+mod story_aged;
 mod story_slab;
 mod story_soak;
 mod story_vmalloc;

@@ -131,6 +131,20 @@ pub fn steps(quick: bool) -> Vec<Step> {
             &["--pattern", p, "--ops", q("2000", "20000")],
         ));
     }
+    // An aged space at three sizes (the chart's x axis).
+    for live in ["1000", "10000", "100000"] {
+        s.push(Step::new(
+            "vmap-bench",
+            &[
+                "--pattern",
+                "aged",
+                "--live",
+                live,
+                "--ops",
+                q("2000", "20000"),
+            ],
+        ));
+    }
     // vm-allocator walks the whole busy list per op (~1 ms): few ops.
     s.push(Step::new(
         "vmap-bench",

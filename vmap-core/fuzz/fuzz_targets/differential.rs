@@ -1,4 +1,4 @@
-//! `cargo +nightly fuzz run differential` (from vmap-core/): the three
+//! `cargo +nightly fuzz run differential` (from vmap-core/): the four
 //! policies against the brute-force reference model, driven by fuzzer bytes.
 //! Every operation's result must agree; the `debug` feature checks every
 //! invariant after each operation.
@@ -10,7 +10,8 @@ mod common;
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::{
-    AllocRequest, Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace,
+    AllocRequest, Augmented, BTree, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
+    VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -31,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let mut lin = space::<Linear>();
     let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
+    let mut bt = space::<BTree>();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     for op in data.chunks_exact(6) {
         let b = |i: usize| u64::from(op[i]);
@@ -71,6 +73,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(lin.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(fac.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(aug.alloc_request(&q).map(|a| span(&a).0), want);
+            assert_eq!(bt.alloc_request(&q).map(|a| span(&a).0), want);
         } else {
             let addr = if reference.busy.is_empty() || op[0] & 2 != 0 {
                 BASE + (b(1) % PAGES) * P
@@ -82,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(lin.find_unlink(a).map(|x| span(&x)), want);
             assert_eq!(fac.free_two_search(a).map(|x| span(&x)), want);
             assert_eq!(aug.free(a).map(|x| span(&x)), want);
+            assert_eq!(bt.find_unlink(a).map(|x| span(&x)), want);
         }
     }
 });

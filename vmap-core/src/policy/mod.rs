@@ -1,14 +1,18 @@
 //! The `FreeAreaSearch` seam: how the lowest fitting free block is found.
 //!
-//! Three policies, one file each, all producing exactly the same placement:
-//! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix) and
-//! [`Augmented`] (the default: a free tree with subtree maxima).
+//! Four policies, one file each, all producing exactly the same placement:
+//! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix),
+//! [`Augmented`] (a free tree with subtree maxima, Linux since 5.2) and
+//! [`BTree`] (wide nodes with per-slot maxima, the maple-tree shape).
+//! [`DefaultPolicy`] names the one the fronts use.
 
 mod augmented;
+mod btree;
 mod free_vmap_cache;
 mod linear;
 
 pub use augmented::Augmented;
+pub use btree::BTree;
 pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
 
@@ -16,6 +20,10 @@ use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
 use crate::tree::{NoAug, Tree};
+
+/// The policy the fronts (`GlobalVmap`, `ShardedVmap`, feature `alloc`)
+/// use unless told otherwise.
+pub type DefaultPolicy = Augmented;
 
 /// The busy tree (`vmap_area_root`): allocated areas by address.
 pub type BusyTree = Tree<NoAug>;

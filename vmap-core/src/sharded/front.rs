@@ -68,7 +68,7 @@ use super::pool::{Pool, PoolEntry};
 use crate::VirtAddr;
 use crate::error::VmapError;
 use crate::node::VecSource;
-use crate::policy::Augmented;
+use crate::policy::DefaultPolicy;
 use crate::request::{AllocRequest, Fit};
 use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
@@ -82,7 +82,7 @@ mod nowait;
 /// No node owns the slice: the reserve does.
 const NO_OWNER: u16 = u16::MAX;
 
-type Space = VmapSpace<Augmented, VecSource>;
+type Space = VmapSpace<DefaultPolicy, VecSource>;
 
 /// How to build a [`ShardedVmap`].
 #[derive(Clone, Copy, Debug)]

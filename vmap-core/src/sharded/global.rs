@@ -5,7 +5,7 @@ use super::VmapNodes;
 use crate::VirtAddr;
 use crate::error::VmapError;
 use crate::node::VecSource;
-use crate::policy::{Augmented, FreeAreaSearch};
+use crate::policy::{DefaultPolicy, FreeAreaSearch};
 use crate::request::AllocRequest;
 use crate::space::{VmapArea, VmapSpace};
 use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
@@ -18,7 +18,7 @@ struct Inner<L, F: FreeAreaSearch> {
 /// One lock around one [`VmapSpace`] searched by policy `F`;
 /// `nr_nodes() == 1`. The front of a vmalloc that has one space under one
 /// lock (Linux before 6.9).
-pub struct GlobalVmap<R: RawMutex = DefaultRawMutex, L = (), F: FreeAreaSearch = Augmented> {
+pub struct GlobalVmap<R: RawMutex = DefaultRawMutex, L = (), F: FreeAreaSearch = DefaultPolicy> {
     inner: Mutex<R, Inner<L, F>>,
     start: VirtAddr,
     end: VirtAddr,

@@ -10,13 +10,18 @@ unsafe extern "C" {
 }
 use std::process::Command;
 
-/// `target/<profile>/libkmm_malloc.so` (built with the package's tests).
+/// The library `cargo test` built beside this binary
+/// (`target/<profile>/deps/libkmm_malloc.so`: the crate is also an `rlib`
+/// so that cargo builds it for its tests), else the one `cargo build` left
+/// in `target/<profile>/`.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let lib = dir.join("libkmm_malloc.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
+    let deps = exe.parent().unwrap();
+    [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join("libkmm_malloc.so"))
+        .find(|lib| lib.exists())
+        .unwrap_or_else(|| panic!("libkmm_malloc.so not built beside {}", exe.display()))
 }
 
 fn child(case: &str, front: &str) -> std::process::Output {

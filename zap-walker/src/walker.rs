@@ -234,6 +234,9 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) free_error: Option<WalkError>,
     /// Zeroed table pages kept for reuse (`stock.rs`); off unless asked for.
     pub(crate) stock: TableStock,
+    /// The last address of the zap in progress (a large leaf ending at or
+    /// before it is covered, whatever the budget's blocks).
+    pub(crate) zap_last: u64,
     _layout: PhantomData<fn() -> L>,
 }
 
@@ -342,6 +345,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             stats: WalkStats::default(),
             free_error: None,
             stock: TableStock::default(),
+            zap_last: 0,
             _layout: PhantomData,
         })
     }

@@ -50,6 +50,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let mut units_mark = self.stats.budget_units;
         let mut visits_mark = self.stats.entries_visited;
         let mut addr = s;
+        self.zap_last = e.wrapping_sub(1);
         let mut result = Ok(());
         while addr < e {
             // A block is at least one page and ends on a page boundary.
@@ -149,6 +150,16 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     self.charge(budget, c);
                     next
                 }
+                // A large leaf the zap covers whole although this descent
+                // (an `address` block) ends inside it: still one unit, the
+                // walker's contract under every budget. The walk goes on
+                // from the leaf's end, past the block's.
+                EntryKind::Leaf if addr % span == 0 && addr + (span - 1) <= self.zap_last => {
+                    self.clear_leaf(t, idx, level, addr, live, g);
+                    let c = budget.page_cost();
+                    self.charge(budget, c);
+                    return Ok(addr + span);
+                }
                 EntryKind::Leaf => {
                     // The range covers part of a large leaf: split it into a
                     // table of next-level leaves, then zap inside that.
@@ -169,7 +180,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 return Ok(addr); // the budget ran out below
             }
             if *live == 0 {
-                return Ok(end); // nothing left in this table
+                // Nothing left in this table (`addr` is past `end` when a
+                // covered large leaf below outlasted the block).
+                return Ok(end.max(addr));
             }
             if budget.exhausted() {
                 return Ok(addr);

@@ -262,13 +262,24 @@ impl<T: TlbFlush, const N: usize, S: FrameSink> Gather<T, N, S> {
     /// meets the span, its flush does so and nothing is added; otherwise the
     /// page of the span nearest a touched range is added (`at` if none), so
     /// that it joins that range when they are adjacent.
+    #[inline(always)]
     pub(crate) fn note_table(&mut self, first: u64, last: u64, at: u64, page_size: u64) {
         // Usually the last range noted lies in the span: the table is
         // unlinked on the way back up from the leaves just cleared in it.
+        // That test is inline in the zap; the search is not.
         match self.ranges.last() {
-            Some(&(s, l)) if s <= last && first <= l => return,
-            None => return self.note_range(at, at + (page_size - 1)),
-            Some(_) => {}
+            Some(&(s, l)) if s <= last && first <= l => {}
+            _ => self.note_table_slow(first, last, at, page_size),
+        }
+    }
+
+    /// [`note_table`](Self::note_table) when the last range does not name
+    /// the table.
+    #[cold]
+    #[inline(never)]
+    fn note_table_slow(&mut self, first: u64, last: u64, at: u64, page_size: u64) {
+        if self.ranges.is_empty() {
+            return self.note_range(at, at + (page_size - 1));
         }
         let mut page = at;
         let mut gap = u64::MAX;

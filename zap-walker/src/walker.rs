@@ -227,6 +227,9 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     /// Set once a [`LeafPath`](crate::LeafPath) exists: no table is freed
     /// again, and last-level tables keep no count.
     pub(crate) tables_pinned: bool,
+    /// Levels below this keep live counts: every level, or all but the
+    /// last once tables are pinned (see `counted` in `live.rs`).
+    pub(crate) counted_below: usize,
     tables_in_use: u64,
     table_bytes_in_use: u64,
     pub(crate) stats: WalkStats,
@@ -340,6 +343,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             counts: SideStore::default(),
             free_empty_tables: true,
             tables_pinned: false,
+            counted_below: usize::MAX,
             tables_in_use: 0,
             table_bytes_in_use: 0,
             stats: WalkStats::default(),

@@ -158,6 +158,13 @@ impl TableRef {
         self.entry(i).store(v, Ordering::Release)
     }
 
+    /// Loads word `i` of a page only the walker reaches (a gather's
+    /// chained batch page): no ordering needed.
+    #[inline]
+    pub(crate) fn load_relaxed(self, i: usize) -> u64 {
+        self.entry(i).load(Ordering::Relaxed)
+    }
+
     /// Replaces entry `i`, returning the value it had at that instant.
     #[inline]
     pub(crate) fn swap(self, i: usize, v: u64) -> u64 {

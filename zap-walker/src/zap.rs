@@ -331,8 +331,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         Ok(child_pa)
     }
 
-    /// Queues a record, finishing the batch first when the buffer is full
-    /// (Linux's `tlb_flush_mmu` when a batch page fills).
+    /// Queues a record: in the fixed batch, else in a chained page, else
+    /// after finishing the batch (Linux's `tlb_flush_mmu` when no batch
+    /// page can be had).
     #[inline]
     fn gather_push<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
@@ -340,9 +341,11 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         f: Freed,
     ) {
         if let Err(f) = g.push(f) {
-            self.finish_gather(g);
-            // Cannot fail: the batch is empty and holds at least one record.
-            let _ = g.push(f);
+            if let Err(f) = self.chain_push(g, f) {
+                self.finish_gather(g);
+                // Cannot fail: the batch is empty and holds at least one record.
+                let _ = g.push(f);
+            }
         }
     }
 
@@ -360,30 +363,37 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         // tables go to the stock (or the source) one by one.
         const CHUNK: usize = 64;
         let mut frames = ArrayVec::<(PhysAddr, u64), CHUNK>::new();
-        for f in g.batch.drain(..) {
-            match f.kind {
-                FreedKind::Frame => {
-                    g.stats.frames_freed += 1;
-                    g.stats.frame_bytes_freed += f.size;
-                    if frames.is_full() {
-                        self.hand_on(&mut frames, &mut g.sink);
-                    }
-                    frames.push((f.addr, f.size));
+        let (mut n_frames, mut bytes, mut tables) = (0u64, 0u64, 0u64);
+        let mut one = |w: &mut Self, sink: &mut S, f: Freed| match f.kind {
+            FreedKind::Frame => {
+                n_frames += 1;
+                bytes += f.size;
+                if frames.is_full() {
+                    w.hand_on(&mut frames, sink);
                 }
-                FreedKind::Table(level) => {
-                    g.stats.tables_freed += 1;
-                    if let Err(error) = self.release_table(f.addr, level as usize) {
-                        self.free_error.get_or_insert(WalkError::FreeFailed {
-                            frame: f.addr,
-                            error,
-                        });
-                    }
+                frames.push((f.addr, f.size));
+            }
+            FreedKind::Table(level) => {
+                tables += 1;
+                if let Err(error) = w.release_table(f.addr, level as usize) {
+                    w.free_error.get_or_insert(WalkError::FreeFailed {
+                        frame: f.addr,
+                        error,
+                    });
                 }
             }
+        };
+        for i in 0..g.batch.len() {
+            one(self, &mut g.sink, g.batch[i]);
         }
+        g.batch.clear();
+        self.chain_drain(g, &mut one);
         if !frames.is_empty() {
             self.hand_on(&mut frames, &mut g.sink);
         }
+        g.stats.frames_freed += n_frames;
+        g.stats.frame_bytes_freed += bytes;
+        g.stats.tables_freed += tables;
         g.stats.batches += 1;
     }
 

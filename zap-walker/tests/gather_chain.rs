@@ -49,7 +49,6 @@ fn dense_zap<L: PageTableLayout>(chain: usize, dry: bool) -> (zap_walker::Gather
     let mut b = WorkBudget::new(pages * 2 / 5 * ps, 1, ps).with_hook(|_: &BreakInfo| breaks += 1);
     let end = start + pages * ps;
     w.zap_range(va(start), va(end), &mut b, &mut g).unwrap();
-    drop(b);
     let s = g.stats();
     assert_eq!(
         t.violations.load(Ordering::Relaxed),
@@ -69,7 +68,7 @@ fn once_per_budget<L: PageTableLayout>() {
     let (s, breaks) = dense_zap::<L>(MAX_CHAIN_PAGES, false);
     assert!(breaks >= 2, "the zap spans several budgets");
     assert_eq!(s.flushes, breaks + 1, "one flush per budget: {s:?}");
-    assert!(s.chained_pages >= breaks + 1);
+    assert!(s.chained_pages > breaks);
     // Without the chain: a flush per fixed batch.
     let (u, ub) = dense_zap::<L>(0, false);
     assert_eq!(ub, breaks);

@@ -114,7 +114,7 @@ fn run_on<L: PageTableLayout>(a: &MunmapArgs, common: &Common) -> Result<Outcome
         .map_err(|e| e.to_string())?;
     let tlb = SoftTlb::new(common.cpus as usize, ps, common.cost_model())
         .with_cpumask_shootdown(a.tlb_cpumask == CpuMask::Mm);
-    let mut gather: Gather<_> = Gather::new(tlb.on(0));
+    let mut gather: Gather<_> = Gather::new(tlb.on(0)).with_chain(zap_walker::MAX_CHAIN_PAGES);
     let mut w = Walker::<L, _>::new(&arena).map_err(|e| e.to_string())?;
     w.set_table_stock(a.table_stock)
         .map_err(|e| e.to_string())?;

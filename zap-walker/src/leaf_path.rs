@@ -114,6 +114,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
         }
         self.free_empty_tables = false;
         self.tables_pinned = true;
+        self.counted_below = L::LEVELS - 1;
         let (first, last) = self.window();
         Some(LeafPath {
             mem: self.mem,

@@ -73,6 +73,7 @@ pub mod budget;
 mod counts;
 mod errors;
 mod gather;
+mod gather_chain;
 mod leaf_path;
 mod live;
 #[cfg(kmm_loom)]
@@ -95,7 +96,9 @@ pub use budget::{
     ZAP_BLOCK_PAGES_PREEMPT, ZapBudget,
 };
 pub use errors::WalkError;
-pub use gather::{DEFAULT_BATCH, FrameSink, FreeToSource, Gather, GatherStats, Lent};
+pub use gather::{
+    DEFAULT_BATCH, FrameSink, FreeToSource, Gather, GatherStats, Lent, MAX_CHAIN_PAGES,
+};
 pub use leaf_path::LeafPath;
 pub use map::{Frames, MapHint};
 pub use stats::WalkStats;

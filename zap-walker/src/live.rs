@@ -45,7 +45,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     /// Whether tables at `level` (below the root) keep a live count.
     #[inline(always)]
     pub(crate) fn counted(&self, level: usize) -> bool {
-        level + 1 < L::LEVELS || !self.tables_pinned
+        // One compare: `counted_below` is `LEVELS - 1` once tables are
+        // pinned (the last level keeps no count), else past every level.
+        level < self.counted_below
     }
 
     /// The first address of the table at `level` holding `va`.
@@ -103,10 +105,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     #[inline(always)]
     fn slot(&self, c: &Count) -> Option<usize> {
         let i = c.slot;
-        if i == NO_SLOT {
-            return None;
+        // One test on the common path: an array slot never moves, and
+        // `NO_SLOT` has the hash bit set like every hash slot.
+        if SideStore::is_array_slot(i) {
+            return Some(i);
         }
-        if self.counts.still_at(i, c.moves) {
+        if i == NO_SLOT {
+            None
+        } else if self.counts.still_at(i, c.moves) {
             Some(i)
         } else {
             self.counts.find(c.pa)

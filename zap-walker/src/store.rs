@@ -101,6 +101,12 @@ impl SideStore {
         self.hash.moves()
     }
 
+    /// Whether `slot` is an index into the array (which never moves).
+    #[inline(always)]
+    pub(crate) fn is_array_slot(slot: usize) -> bool {
+        slot & HASHED == 0
+    }
+
     /// Whether `slot`, found when [`moves`](Self::moves) was `moves`, still
     /// holds its table: array slots always do.
     #[inline(always)]

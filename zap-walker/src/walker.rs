@@ -158,6 +158,13 @@ impl TableRef {
         self.entry(i).store(v, Ordering::Release)
     }
 
+    /// Loads word `i` of a page only the walker reaches (a gather's
+    /// chained batch page): no ordering needed.
+    #[inline]
+    pub(crate) fn load_relaxed(self, i: usize) -> u64 {
+        self.entry(i).load(Ordering::Relaxed)
+    }
+
     /// Replaces entry `i`, returning the value it had at that instant.
     #[inline]
     pub(crate) fn swap(self, i: usize, v: u64) -> u64 {
@@ -227,6 +234,9 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     /// Set once a [`LeafPath`](crate::LeafPath) exists: no table is freed
     /// again, and last-level tables keep no count.
     pub(crate) tables_pinned: bool,
+    /// Levels below this keep live counts: every level, or all but the
+    /// last once tables are pinned (see `counted` in `live.rs`).
+    pub(crate) counted_below: usize,
     tables_in_use: u64,
     table_bytes_in_use: u64,
     pub(crate) stats: WalkStats,
@@ -234,6 +244,9 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) free_error: Option<WalkError>,
     /// Zeroed table pages kept for reuse (`stock.rs`); off unless asked for.
     pub(crate) stock: TableStock,
+    /// The last address of the zap in progress (a large leaf ending at or
+    /// before it is covered, whatever the budget's blocks).
+    pub(crate) zap_last: u64,
     _layout: PhantomData<fn() -> L>,
 }
 
@@ -337,11 +350,13 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             counts: SideStore::default(),
             free_empty_tables: true,
             tables_pinned: false,
+            counted_below: usize::MAX,
             tables_in_use: 0,
             table_bytes_in_use: 0,
             stats: WalkStats::default(),
             free_error: None,
             stock: TableStock::default(),
+            zap_last: 0,
             _layout: PhantomData,
         })
     }

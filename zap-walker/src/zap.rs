@@ -50,6 +50,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let mut units_mark = self.stats.budget_units;
         let mut visits_mark = self.stats.entries_visited;
         let mut addr = s;
+        self.zap_last = e.wrapping_sub(1);
         let mut result = Ok(());
         while addr < e {
             // A block is at least one page and ends on a page boundary.
@@ -149,6 +150,16 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     self.charge(budget, c);
                     next
                 }
+                // A large leaf the zap covers whole although this descent
+                // (an `address` block) ends inside it: still one unit, the
+                // walker's contract under every budget. The walk goes on
+                // from the leaf's end, past the block's.
+                EntryKind::Leaf if addr % span == 0 && addr + (span - 1) <= self.zap_last => {
+                    self.clear_leaf(t, idx, level, addr, live, g);
+                    let c = budget.page_cost();
+                    self.charge(budget, c);
+                    return Ok(addr + span);
+                }
                 EntryKind::Leaf => {
                     // The range covers part of a large leaf: split it into a
                     // table of next-level leaves, then zap inside that.
@@ -169,7 +180,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 return Ok(addr); // the budget ran out below
             }
             if *live == 0 {
-                return Ok(end); // nothing left in this table
+                // Nothing left in this table (`addr` is past `end` when a
+                // covered large leaf below outlasted the block).
+                return Ok(end.max(addr));
             }
             if budget.exhausted() {
                 return Ok(addr);
@@ -318,8 +331,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         Ok(child_pa)
     }
 
-    /// Queues a record, finishing the batch first when the buffer is full
-    /// (Linux's `tlb_flush_mmu` when a batch page fills).
+    /// Queues a record: in the fixed batch, else in a chained page, else
+    /// after finishing the batch (Linux's `tlb_flush_mmu` when no batch
+    /// page can be had).
     #[inline]
     fn gather_push<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
@@ -327,9 +341,11 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         f: Freed,
     ) {
         if let Err(f) = g.push(f) {
-            self.finish_gather(g);
-            // Cannot fail: the batch is empty and holds at least one record.
-            let _ = g.push(f);
+            if let Err(f) = self.chain_push(g, f) {
+                self.finish_gather(g);
+                // Cannot fail: the batch is empty and holds at least one record.
+                let _ = g.push(f);
+            }
         }
     }
 
@@ -347,30 +363,37 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         // tables go to the stock (or the source) one by one.
         const CHUNK: usize = 64;
         let mut frames = ArrayVec::<(PhysAddr, u64), CHUNK>::new();
-        for f in g.batch.drain(..) {
-            match f.kind {
-                FreedKind::Frame => {
-                    g.stats.frames_freed += 1;
-                    g.stats.frame_bytes_freed += f.size;
-                    if frames.is_full() {
-                        self.hand_on(&mut frames, &mut g.sink);
-                    }
-                    frames.push((f.addr, f.size));
+        let (mut n_frames, mut bytes, mut tables) = (0u64, 0u64, 0u64);
+        let mut one = |w: &mut Self, sink: &mut S, f: Freed| match f.kind {
+            FreedKind::Frame => {
+                n_frames += 1;
+                bytes += f.size;
+                if frames.is_full() {
+                    w.hand_on(&mut frames, sink);
                 }
-                FreedKind::Table(level) => {
-                    g.stats.tables_freed += 1;
-                    if let Err(error) = self.release_table(f.addr, level as usize) {
-                        self.free_error.get_or_insert(WalkError::FreeFailed {
-                            frame: f.addr,
-                            error,
-                        });
-                    }
+                frames.push((f.addr, f.size));
+            }
+            FreedKind::Table(level) => {
+                tables += 1;
+                if let Err(error) = w.release_table(f.addr, level as usize) {
+                    w.free_error.get_or_insert(WalkError::FreeFailed {
+                        frame: f.addr,
+                        error,
+                    });
                 }
             }
+        };
+        for i in 0..g.batch.len() {
+            one(self, &mut g.sink, g.batch[i]);
         }
+        g.batch.clear();
+        self.chain_drain(g, &mut one);
         if !frames.is_empty() {
             self.hand_on(&mut frames, &mut g.sink);
         }
+        g.stats.frames_freed += n_frames;
+        g.stats.frame_bytes_freed += bytes;
+        g.stats.tables_freed += tables;
         g.stats.batches += 1;
     }
 

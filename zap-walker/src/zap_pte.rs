@@ -59,21 +59,25 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     lo = lo.min(addr);
                     hi = addr + (ps - 1);
                     if !old.map_flags().contains(MapFlags::DEVICE) {
-                        if g.batch.is_full() {
-                            // The batch ends here: its flush covers every
-                            // page cleared so far, this one included, so the
-                            // frame queued next is already unreachable when
-                            // the following batch frees it.
-                            g.note_range(lo, hi);
-                            lo = u64::MAX;
-                            self.finish_gather(g);
-                        }
-                        // Cannot fail: the batch has room (checked above).
-                        let _ = g.push(Freed {
+                        let f = Freed {
                             addr: old.addr(),
                             size: ps,
                             kind: FreedKind::Frame,
-                        });
+                        };
+                        if let Err(f) = g.push(f) {
+                            if let Err(f) = self.chain_push(g, f) {
+                                // The batch ends here: its flush covers
+                                // every page cleared so far, this one
+                                // included, so the frame queued next is
+                                // already unreachable when the following
+                                // batch frees it.
+                                g.note_range(lo, hi);
+                                lo = u64::MAX;
+                                self.finish_gather(g);
+                                // Cannot fail: the batch is empty.
+                                let _ = g.push(f);
+                            }
+                        }
                     }
                     units += page_cost;
                     budget.charge(page_cost);

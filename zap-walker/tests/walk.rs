@@ -594,3 +594,78 @@ fn aarch64_halves_do_not_alias() {
         1
     );
 }
+
+/// Issue 20's bug: a large leaf the zap covers whole is one unit under every
+/// budget, also the `address` policy's, whose 8-page blocks start at the
+/// zap's start (here one page below the leaf) and so end inside it. Unmapping
+/// the leaf plus one page either side with no frame left to split it must
+/// clear it as one leaf (it failed with `SplitFailed`).
+fn covered_large_leaf_is_one_unit_under_every_budget<L: PageTableLayout>() {
+    let ps = L::PAGE_SIZE;
+    for l in (1..L::LEVELS - 1).filter(|&l| L::leaf_allowed(l) && L::entry_span(l) <= ARENA / 2) {
+        let span = L::entry_span(l);
+        let pages = span / ps;
+        let start = span * 3;
+        let (lo, hi) = (start - ps, start + span + ps);
+        for budget in 0..3 {
+            let t = Tracked::new(ARENA, ps);
+            let mut g: Gather<_> = Gather::new(t.tlb.on(0));
+            let mut w = Walker::<L, _>::new(&t).unwrap();
+            let below = t.frame(start - ps);
+            let above = t.frame(start + span);
+            let block = t.block(pages, span, start);
+            for (at, f, n) in [(start - ps, below, 1), (start + span, above, 1)] {
+                w.map_range(
+                    va(at),
+                    Frames::Contiguous { start: f, pages: n },
+                    MapFlags::WRITE,
+                )
+                .unwrap();
+            }
+            w.map_range_with(
+                va(start),
+                Frames::Contiguous {
+                    start: block,
+                    pages,
+                },
+                MapFlags::WRITE,
+                MapHint::LargeLeaves,
+            )
+            .unwrap();
+            assert_eq!(w.translate(va(start)).unwrap().level, l);
+            // No frame left: a split would fail.
+            t.allow_allocs.store(0, Ordering::Relaxed);
+            let r = match budget {
+                0 => w.zap_range(
+                    va(lo),
+                    va(hi),
+                    &mut AddressBudget::for_page_size(ps, true),
+                    &mut g,
+                ),
+                1 => w.zap_range(
+                    va(lo),
+                    va(hi),
+                    &mut WorkBudget::for_page_size(ps, true),
+                    &mut g,
+                ),
+                _ => w.zap_range(va(lo), va(hi), &mut Unbounded::new(ps), &mut g),
+            };
+            let r = r.unwrap_or_else(|e| panic!("level {l}, budget {budget}: {e:?}"));
+            assert_eq!(
+                (r.splits, r.leaves_cleared),
+                (0, 3),
+                "level {l}, budget {budget}"
+            );
+            for f in [below, above, block] {
+                assert_eq!(t.freed(f), 1, "level {l}, budget {budget}");
+            }
+            assert_eq!(w.tables_below_root(), 0);
+            assert_eq!(t.violations.load(Ordering::Relaxed), 0);
+            w.check_consistency().unwrap();
+        }
+    }
+}
+on_every_layout!(
+    covered_large_leaf_under_address_blocks,
+    covered_large_leaf_is_one_unit_under_every_budget
+);

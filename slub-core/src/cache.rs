@@ -21,6 +21,12 @@ use arch_api::Platform;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
+mod bulk;
+mod prefill;
+mod resize;
+
+pub use prefill::Prefilled;
+
 bitflags::bitflags! {
     /// Per-cache options (Linux's `SLAB_*` flags that matter here). The
     /// empty set is the default: the tid front with ordered freelists.

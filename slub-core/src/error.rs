@@ -41,32 +41,49 @@ pub enum AllocError {
         object: usize,
         /// The decoded (bad) value.
         decoded: usize,
+        /// Where in the object the freelist pointer is stored.
+        offset: usize,
     },
     /// (`debug`) A free object's poison or red zone was overwritten while it
     /// sat on the freelist (use after free). The object is not handed out.
     PoisonOverwritten {
         /// The object.
         object: usize,
+        /// The first byte (from the object's start) found changed; the
+        /// object's size and beyond is its red zone.
+        offset: usize,
     },
     /// The cache has been destroyed.
     Destroyed,
     /// (kmalloc) A size or alignment no class or page allocation can serve.
     BadLayout,
+    /// (krealloc) The object being moved was refused by its free (a bad
+    /// pointer, or under `debug` an overwritten red zone); it is left as it
+    /// was.
+    Free(FreeError),
 }
 
 impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AllocError::OutOfMemory => f.write_str("out of memory for a new slab"),
-            AllocError::FreelistCorrupted { object, decoded } => write!(
+            AllocError::FreelistCorrupted {
+                object,
+                decoded,
+                offset,
+            } => write!(
                 f,
-                "freelist pointer in object {object:#x} decodes to {decoded:#x}, not an object of its slab"
+                "freelist pointer at offset {offset} of object {object:#x} decodes to {decoded:#x}, not an object of its slab"
             ),
-            AllocError::PoisonOverwritten { object } => {
-                write!(f, "free object {object:#x} was written after free")
+            AllocError::PoisonOverwritten { object, offset } => {
+                write!(
+                    f,
+                    "free object {object:#x} was written after free at offset {offset}"
+                )
             }
             AllocError::Destroyed => f.write_str("cache has been destroyed"),
             AllocError::BadLayout => f.write_str("size or alignment not servable"),
+            AllocError::Free(e) => write!(f, "krealloc could not free the old object: {e}"),
         }
     }
 }
@@ -95,6 +112,9 @@ pub enum FreeError {
     RedZoneOverwritten {
         /// The pointer.
         ptr: usize,
+        /// The first red-zone byte (from the object's start) found changed:
+        /// at or past the size asked for.
+        offset: usize,
     },
     /// The cache has been destroyed.
     Destroyed,
@@ -111,9 +131,10 @@ impl fmt::Display for FreeError {
                 write!(f, "free of {ptr:#x}, which is not at an object boundary")
             }
             FreeError::DoubleFree { ptr } => write!(f, "double free of {ptr:#x}"),
-            FreeError::RedZoneOverwritten { ptr } => {
-                write!(f, "red zone of {ptr:#x} overwritten (buffer overflow)")
-            }
+            FreeError::RedZoneOverwritten { ptr, offset } => write!(
+                f,
+                "red zone of {ptr:#x} overwritten at offset {offset} (buffer overflow)"
+            ),
             FreeError::Destroyed => f.write_str("cache has been destroyed"),
         }
     }

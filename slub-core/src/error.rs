@@ -57,6 +57,11 @@ pub enum AllocError {
     Destroyed,
     /// (kmalloc) A size or alignment no class or page allocation can serve.
     BadLayout,
+    /// (nolock) Every route that needs no waiting was empty or its lock was
+    /// held (the CPU freelist, the node partial list under a try-lock);
+    /// nothing was allocated. Retry from a context that may wait, or with
+    /// another cache.
+    WouldBlock,
     /// (krealloc) The object being moved was refused by its free (a bad
     /// pointer, or under `debug` an overwritten red zone); it is left as it
     /// was.
@@ -83,6 +88,9 @@ impl fmt::Display for AllocError {
             }
             AllocError::Destroyed => f.write_str("cache has been destroyed"),
             AllocError::BadLayout => f.write_str("size or alignment not servable"),
+            AllocError::WouldBlock => {
+                f.write_str("no object without waiting for a lock (nolock allocation)")
+            }
             AllocError::Free(e) => write!(f, "krealloc could not free the old object: {e}"),
         }
     }

@@ -13,6 +13,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 mod krealloc;
+mod nolock;
 
 /// Smallest class.
 pub const KMALLOC_MIN_SIZE: usize = 8;

@@ -29,6 +29,7 @@ use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
 mod bulk;
+mod nolock;
 
 /// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
 /// `cell`; the partial list is protected by the CpuLocal guard.

@@ -163,7 +163,7 @@ impl<K: Platform> KmemCache<K> {
     ///
     /// # Safety
     /// As [`free`](Self::free).
-    unsafe fn check_free(&self, p: usize) -> Result<(), FreeError> {
+    pub(super) unsafe fn check_free(&self, p: usize) -> Result<(), FreeError> {
         if p == 0 {
             return Err(FreeError::Null);
         }

@@ -393,6 +393,38 @@ fn single_pairs(c: &SlubCache, n: usize, loops: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / (rounds * n) as f64
 }
 
+/// `alloc_nolock` / `free_nolock` pairs on one cache (after a warm-up that
+/// gives the CPU a slab); ns per pair.
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn nolock_pairs(c: &SlubCache, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = c.alloc_nolock().unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above, freed once.
+        if unsafe { c.free_nolock(std::hint::black_box(p)) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
+/// `alloc` / `free` pairs on the same cache: the baseline of
+/// [`nolock_pairs`].
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn cache_pairs(c: &SlubCache, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = c.alloc().unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above, freed once.
+        if unsafe { c.free(std::hint::black_box(p)) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
 /// One thread allocates batches of `n`, `threads` others free them.
 fn remote_free(b: &dyn Bench, l: Layout, n: usize, loops: usize, threads: usize) -> f64 {
     let batches = (loops / n).max(threads);
@@ -498,9 +530,31 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             }
             (Some(median(bu)), Some(median(si)))
         });
+        // nolock pairs against the ordinary pair, same cache, same run.
+        // A sheaves cache may have no CPU slab or partial slab for nolock
+        // calls (its sheaves hold the objects): then the row is n/a.
+        let nolock_ok = |c: &SlubCache| {
+            // SAFETY: allocated just before, freed once.
+            c.alloc_nolock()
+                .is_ok_and(|p| unsafe { c.free_nolock(p) }.is_ok())
+        };
+        let (nolock, fast) = b
+            .cache(l)
+            .filter(|&c| nolock_ok(c))
+            .map_or((None, None), |c| {
+                cache_pairs(c, 1024);
+                let mut no = vec![];
+                let mut fa = vec![];
+                for _ in 0..REPEAT {
+                    no.push(nolock_pairs(c, loops));
+                    fa.push(cache_pairs(c, loops));
+                }
+                (Some(median(no)), Some(median(fa)))
+            });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
             "remote_free_ns": rf, "bulk64_ns": bulk, "single64_ns": single,
-            "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s)});
+            "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
+            "nolock_pair_ns": nolock, "cache_pair_ns": fast});
         if rf.is_none() {
             r["note"] = json!("single-threaded allocator (&mut self): no remote free");
         }
@@ -513,24 +567,28 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             "two_cmpxchg16b_reread_ns": reread}});
     emit(common, v.clone(), || {
         println!(
-            "{:<11} {:>18} {:>14} {:>16} {:>10} {:>11}",
+            "{:<11} {:>18} {:>14} {:>16} {:>10} {:>11} {:>15} {:>14}",
             "allocator",
             "fastpath_reuse_ns",
             "n_pattern_ns",
             "remote_free_ns",
             "bulk64_ns",
-            "single64_ns"
+            "single64_ns",
+            "nolock_pair_ns",
+            "cache_pair_ns"
         );
         let opt = |x: &Value| x.as_f64().map_or("n/a".into(), |x| format!("{x:.2}"));
         for r in v["results"].as_array().unwrap() {
             println!(
-                "{:<11} {:>18.2} {:>14.2} {:>16} {:>10} {:>11}",
+                "{:<11} {:>18.2} {:>14.2} {:>16} {:>10} {:>11} {:>15} {:>14}",
                 r["allocator"].as_str().unwrap(),
                 r["fastpath_reuse_ns"].as_f64().unwrap(),
                 r["n_pattern_ns"].as_f64().unwrap(),
                 opt(&r["remote_free_ns"]),
                 opt(&r["bulk64_ns"]),
-                opt(&r["single64_ns"])
+                opt(&r["single64_ns"]),
+                opt(&r["nolock_pair_ns"]),
+                opt(&r["cache_pair_ns"])
             );
         }
         println!(

@@ -60,7 +60,7 @@ impl<K: Platform> KmemCache<K> {
             let (_g, cpu) = self.slabs.cpus().pin();
             if mode == MODE_SHEAVES {
                 // SAFETY: the guard pins us to `cpu`.
-                n = unsafe { self.sheaves.take_main(cpu, out) };
+                n = unsafe { self.sheaves.take_main(&self.slabs, cpu, out) };
             }
             while n < out.len() {
                 match self.tid.alloc_bulk_pinned(&self.slabs, cpu, &mut out[n..]) {
@@ -108,14 +108,26 @@ impl<K: Platform> KmemCache<K> {
     /// # Safety
     /// As [`free`](Self::free), for every object.
     pub unsafe fn free_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        if self.is_destroyed() {
+            return Err(FreeError::Destroyed);
+        }
         let mut buf = [0usize; CHUNK];
         let mut first = Ok(());
         for chunk in objs.chunks(CHUNK) {
-            for (b, o) in buf.iter_mut().zip(chunk) {
-                *b = o.as_ptr() as usize;
+            // Checked and copied in one pass.
+            let mut n = 0;
+            for o in chunk {
+                let p = o.as_ptr() as usize;
+                // SAFETY: the caller's contract.
+                match unsafe { self.check_free_fast(p) } {
+                    Ok(()) => {
+                        buf[n] = p;
+                        n += 1;
+                    }
+                    Err(e) => first = first.and(Err(e)),
+                }
             }
-            // SAFETY: the caller's contract.
-            if let Err(e) = unsafe { self.free_bulk_raw(&mut buf[..chunk.len()]) } {
+            if let Err(e) = self.free_checked(&mut buf[..n]) {
                 first = first.and(Err(e));
             }
         }
@@ -127,8 +139,7 @@ impl<K: Platform> KmemCache<K> {
     /// # Safety
     /// As [`free_bulk`](Self::free_bulk).
     pub(super) unsafe fn free_bulk_raw(&self, objs: &mut [usize]) -> Result<(), FreeError> {
-        let mode = self.mode.load(Ordering::Relaxed);
-        if mode == MODE_DESTROYED {
+        if self.is_destroyed() {
             return Err(FreeError::Destroyed);
         }
         let mut first = Ok(());
@@ -136,7 +147,7 @@ impl<K: Platform> KmemCache<K> {
         for i in 0..objs.len() {
             let p = objs[i];
             // SAFETY: the caller's contract.
-            match unsafe { self.check_free(p) } {
+            match unsafe { self.check_free_fast(p) } {
                 Ok(()) => {
                     objs[n] = p;
                     n += 1;
@@ -144,19 +155,48 @@ impl<K: Platform> KmemCache<K> {
                 Err(e) => first = first.and(Err(e)),
             }
         }
-        let objs = &mut objs[..n];
+        if let Err(e) = self.free_checked(&mut objs[..n]) {
+            first = first.and(Err(e));
+        }
+        first
+    }
+
+    /// Frees objects that passed [`check_free`](Self::check_free), under
+    /// one guard: into the sheaves first on a sheaves cache, the rest
+    /// grouped by slab.
+    fn free_checked(&self, objs: &mut [usize]) -> Result<(), FreeError> {
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == MODE_DESTROYED {
+            return Err(FreeError::Destroyed);
+        }
+        if objs.is_empty() {
+            return Ok(());
+        }
         let (_g, cpu) = self.slabs.cpus().pin();
         let mut k = 0;
         if mode == MODE_SHEAVES {
             // SAFETY: the guard pins us to `cpu`; the objects passed the checks.
-            k = unsafe { self.sheaves.put_main(cpu, objs) };
+            k = unsafe { self.sheaves.put_main(&self.slabs, cpu, objs) };
         }
-        if k < n {
-            if let Err(e) = self.tid.free_bulk_pinned(&self.slabs, cpu, &mut objs[k..]) {
-                first = first.and(Err(e));
-            }
+        if k < objs.len() {
+            return self.tid.free_bulk_pinned(&self.slabs, cpu, &mut objs[k..]);
         }
-        first
+        Ok(())
+    }
+
+    /// [`check_free`](Self::check_free) with the common case (an object
+    /// boundary, no `debug`) decided by one mask, multiply and rotate.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
+    #[inline(always)]
+    pub(super) unsafe fn check_free_fast(&self, p: usize) -> Result<(), FreeError> {
+        #[cfg(not(feature = "debug"))]
+        if self.slabs.geo().is_object_in_own_slab(p) {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.check_free(p) }
     }
 
     /// The per-object checks of a bulk free (those of `free_slow`).

@@ -44,6 +44,7 @@ impl<K: Platform> KmemCache<K> {
     /// unsafe { cache.free_nolock(p) }.unwrap();
     /// unsafe { cache.free(warm) }.unwrap();
     /// ```
+    #[inline]
     pub fn alloc_nolock(&self) -> Result<NonNull<u8>, AllocError> {
         if self.mode.load(Ordering::Relaxed) == MODE_DESTROYED {
             return Err(AllocError::Destroyed);
@@ -67,13 +68,14 @@ impl<K: Platform> KmemCache<K> {
     ///
     /// # Safety
     /// As [`free`](Self::free).
+    #[inline]
     pub unsafe fn free_nolock(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         if self.mode.load(Ordering::Relaxed) == MODE_DESTROYED {
             return Err(FreeError::Destroyed);
         }
         let p = ptr.as_ptr() as usize;
         // SAFETY: the caller's contract.
-        unsafe { self.check_free(p)? };
+        unsafe { self.check_free_fast(p)? };
         if let Some(r) = self.tid.free_nolock(&self.slabs, p) {
             return r;
         }

@@ -14,10 +14,22 @@ use arch_api::sync::RawMutex;
 use core::sync::atomic::Ordering;
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
+    /// The CPU id without a guard: the backend's free pinned id where it
+    /// has one (no registration on this path), else `current_cpu`.
+    #[inline(always)]
+    fn nolock_cpu(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
+        if C::HAS_PINNED_CPU {
+            s.cpus().pinned_cpu().or_else(|| s.cpus().current_cpu())
+        } else {
+            s.cpus().current_cpu()
+        }
+    }
+
     /// Pops the head of the current CPU's freelist; `Ok(None)` when it is
     /// exhausted (or the caller has no CPU id).
+    #[inline]
     pub(crate) fn alloc_nolock(&self, s: &Slabs<P, C, D, R>) -> Result<Option<usize>, AllocError> {
-        let Some(mut cpu) = s.cpus().current_cpu() else {
+        let Some(mut cpu) = self.nolock_cpu(s) else {
             return Ok(None);
         };
         loop {
@@ -27,7 +39,19 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             if is_token(fl) {
                 return Ok(None);
             }
-            let Some(next) = self.next_of(s, c, fl, tid)? else {
+            // SAFETY: `fl` is not a token, so an object of a live slab.
+            let next = unsafe { s.codec().get(fl as usize) };
+            // The common case as the fast path checks it; the end token and
+            // anything bad get the full validation.
+            let next = if s
+                .geo()
+                .is_object(s.geo().base_of(fl as usize), next as usize)
+            {
+                Some(next)
+            } else {
+                self.next_of(s, c, fl, tid)?
+            };
+            let Some(next) = next else {
                 continue;
             };
             if self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next) {
@@ -38,12 +62,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
 
     /// Pushes `p` (checked by the caller) onto the current CPU's freelist if
     /// it belongs to the CPU slab; `None` if it does not (or no CPU id).
+    #[inline]
     pub(crate) fn free_nolock(
         &self,
         s: &Slabs<P, C, D, R>,
         p: usize,
     ) -> Option<Result<(), FreeError>> {
-        let mut cpu = s.cpus().current_cpu()?;
+        let mut cpu = self.nolock_cpu(s)?;
         loop {
             let c = self.cpu_slab(cpu);
             let tid = c.cell.load_hi(Ordering::Acquire);

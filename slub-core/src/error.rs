@@ -41,8 +41,9 @@ pub enum AllocError {
         object: usize,
         /// The decoded (bad) value.
         decoded: usize,
-        /// Where in the object the freelist pointer is stored.
-        offset: usize,
+        /// Where in the object the freelist pointer is stored (`u32`, so the
+        /// error stays three words).
+        offset: u32,
     },
     /// (`debug`) A free object's poison or red zone was overwritten while it
     /// sat on the freelist (use after free). The object is not handed out.
@@ -50,8 +51,9 @@ pub enum AllocError {
         /// The object.
         object: usize,
         /// The first byte (from the object's start) found changed; the
-        /// object's size and beyond is its red zone.
-        offset: usize,
+        /// object's size and beyond is its red zone. (`u32`: slots are far
+        /// smaller, and the error stays two words.)
+        offset: u32,
     },
     /// The cache has been destroyed.
     Destroyed,
@@ -121,8 +123,9 @@ pub enum FreeError {
         /// The pointer.
         ptr: usize,
         /// The first red-zone byte (from the object's start) found changed:
-        /// at or past the size asked for.
-        offset: usize,
+        /// at or past the size asked for. (`u32`, so that
+        /// `Result<(), FreeError>` stays two words, returned in registers.)
+        offset: u32,
     },
     /// The cache has been destroyed.
     Destroyed,

@@ -84,11 +84,11 @@ mod checks {
 
     /// The offset (from `p`) of the first byte of `p + from .. p + from +
     /// len` that is not `want`.
-    fn first_bad(p: usize, from: usize, len: usize, want: u8) -> Option<usize> {
+    fn first_bad(p: usize, from: usize, len: usize, want: u8) -> Option<u32> {
         bytes(p + from, len)
             .iter()
             .position(|&b| b != want)
-            .map(|i| from + i)
+            .map(|i| (from + i) as u32)
     }
 
     /// Fills a fresh slab with `POISON_INUSE`, then marks every object free.

@@ -162,7 +162,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         Err(AllocError::FreelistCorrupted {
             object: obj as usize,
             decoded: next as usize,
-            offset: s.codec().fp_off,
+            offset: s.codec().fp_off as u32,
         })
     }
 
@@ -361,7 +361,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             return Err(AllocError::FreelistCorrupted {
                 object: chain as usize,
                 decoded: next as usize,
-                offset: s.codec().fp_off,
+                offset: s.codec().fp_off as u32,
             });
         }
         let next = crate::loom_hooks::end_token_mutation(next);

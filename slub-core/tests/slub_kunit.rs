@@ -74,9 +74,9 @@ fn test_next_pointer() {
     // SAFETY: allocated above, freed once.
     unsafe { c.free(p) }.unwrap();
     // Under `debug` the pointer sits after the object and its red zone.
-    let fp = 64 + 8;
+    let fp = 64 + 8u32;
     // SAFETY: the free pointer word of a freed object of a live slab.
-    let word = unsafe { &mut *(p.as_ptr().add(fp) as *mut u64) };
+    let word = unsafe { &mut *(p.as_ptr().add(fp as usize) as *mut u64) };
     let saved = *word;
     *word ^= 0x1234_5678_9abc;
     match c.alloc() {
@@ -177,11 +177,11 @@ fn test_kmalloc_redzone_access() {
         unsafe { ok.as_ptr().write_bytes(0x11, 18) };
         // SAFETY: allocated above with `l`, freed once.
         unsafe { km.free(ok, l) }.unwrap();
-        for off in [18usize, 19, 31] {
+        for off in [18u32, 19, 31] {
             let p = km.alloc(l).unwrap();
             // SAFETY: a fresh object; the kmalloc red zone is in place.
-            assert_eq!(unsafe { *p.as_ptr().add(off) }, SLUB_RED_ACTIVE);
-            poke(p, off, 0xab);
+            assert_eq!(unsafe { *p.as_ptr().add(off as usize) }, SLUB_RED_ACTIVE);
+            poke(p, off as usize, 0xab);
             // SAFETY: allocated above with `l`; refused, so not freed.
             let r = unsafe { km.free(p, l) };
             assert_eq!(

@@ -46,6 +46,29 @@ impl<K: Platform> KmemCache<K> {
     /// ```
     #[inline]
     pub fn alloc_nolock(&self) -> Result<NonNull<u8>, AllocError> {
+        // As `alloc`: an inlined one-try leaf, then one out-of-line call
+        // that reports errors through `err`.
+        #[cfg(not(feature = "debug"))]
+        if self.mode.load(Ordering::Relaxed) != MODE_DESTROYED {
+            if let Some(p) = self.tid.alloc_nolock_fast(&self.slabs) {
+                // SAFETY: objects are inside slab memory, never at address 0.
+                return Ok(unsafe { NonNull::new_unchecked(p as *mut u8) });
+            }
+        }
+        let mut err = AllocError::WouldBlock;
+        match self.alloc_nolock_slow_into(&mut err) {
+            Some(p) => Ok(p),
+            None => Err(err),
+        }
+    }
+
+    #[inline(never)]
+    fn alloc_nolock_slow_into(&self, err: &mut AllocError) -> Option<NonNull<u8>> {
+        self.alloc_nolock_slow().map_err(|e| *err = e).ok()
+    }
+
+    /// Every nolock route, with full validation and errors.
+    fn alloc_nolock_slow(&self) -> Result<NonNull<u8>, AllocError> {
         if self.mode.load(Ordering::Relaxed) == MODE_DESTROYED {
             return Err(AllocError::Destroyed);
         }

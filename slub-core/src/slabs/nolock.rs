@@ -50,7 +50,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                 return Err(AllocError::FreelistCorrupted {
                     object: lo as usize,
                     decoded: next as usize,
-                    offset: self.codec.fp_off,
+                    offset: self.codec.fp_off as u32,
                 });
             }
             let new = DoubleWord::new(next, c.next(c.inuse() + 1, false).0);

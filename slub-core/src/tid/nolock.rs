@@ -25,6 +25,30 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         }
     }
 
+    /// One try of [`alloc_nolock`](Self::alloc_nolock) with only the
+    /// common case (a next pointer to another object of the slab); `None`
+    /// sends the caller to the full path.
+    #[inline(always)]
+    pub(crate) fn alloc_nolock_fast(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
+        let mut cpu = self.nolock_cpu(s)?;
+        let c = self.cpu_slab(cpu);
+        let tid = c.cell.load_hi(Ordering::Acquire);
+        let fl = c.cell.load_lo(Ordering::Acquire);
+        if is_token(fl) {
+            return None;
+        }
+        // SAFETY: `fl` is not a token, so an object of a live slab.
+        let next = unsafe { s.codec().get(fl as usize) };
+        if !s
+            .geo()
+            .is_object(s.geo().base_of(fl as usize), next as usize)
+        {
+            return None;
+        }
+        self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next)
+            .then_some(fl as usize)
+    }
+
     /// Pops the head of the current CPU's freelist; `Ok(None)` when it is
     /// exhausted (or the caller has no CPU id).
     #[inline]

@@ -123,8 +123,11 @@ pub enum FreeError {
         /// The pointer.
         ptr: usize,
         /// The first red-zone byte (from the object's start) found changed:
-        /// at or past the size asked for. (`u32`, so that
-        /// `Result<(), FreeError>` stays two words, returned in registers.)
+        /// at or past the size asked for. Present with the `debug` feature,
+        /// the only one that reports this error (match with `{ ptr, .. }`):
+        /// a second payload word would make `Result<(), FreeError>` leave
+        /// its two registers and every `free` pay for a stack slot.
+        #[cfg(feature = "debug")]
         offset: u32,
     },
     /// The cache has been destroyed.
@@ -142,10 +145,15 @@ impl fmt::Display for FreeError {
                 write!(f, "free of {ptr:#x}, which is not at an object boundary")
             }
             FreeError::DoubleFree { ptr } => write!(f, "double free of {ptr:#x}"),
+            #[cfg(feature = "debug")]
             FreeError::RedZoneOverwritten { ptr, offset } => write!(
                 f,
                 "red zone of {ptr:#x} overwritten at offset {offset} (buffer overflow)"
             ),
+            #[cfg(not(feature = "debug"))]
+            FreeError::RedZoneOverwritten { ptr } => {
+                write!(f, "red zone of {ptr:#x} overwritten (buffer overflow)")
+            }
             FreeError::Destroyed => f.write_str("cache has been destroyed"),
         }
     }

@@ -29,6 +29,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     /// common case (a next pointer to another object of the slab); `None`
     /// sends the caller to the full path.
     #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
     pub(crate) fn alloc_nolock_fast(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
         let mut cpu = self.nolock_cpu(s)?;
         let c = self.cpu_slab(cpu);

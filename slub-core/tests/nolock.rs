@@ -177,7 +177,8 @@ fn nolock_from_interrupt_context_at_every_preemption_point() {
             }));
         });
         let mut mine = Vec::new();
-        for round in 0..scale(3000) {
+        let rounds = scale(3000);
+        for round in 0..rounds {
             if round % 3 != 2 {
                 let p = c.alloc().unwrap();
                 assert!(live.borrow_mut().insert(p.as_ptr() as usize), "twice");
@@ -192,7 +193,7 @@ fn nolock_from_interrupt_context_at_every_preemption_point() {
         let (n, ok) = calls.get();
         if flags.is_empty() {
             assert!(
-                n > 100 && ok > 10,
+                n > rounds / 4 && ok > 5,
                 "the handler ran ({n} calls, {ok} allocations)"
             );
         }

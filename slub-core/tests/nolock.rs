@@ -11,6 +11,7 @@ use slub_core::{AllocError, ArenaPages, CacheConfig, CacheFlags, CpuLocal, KmemC
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 type Cache<'a, C = ThreadCpus> = KmemCache<HostedPlatform<ArenaPages<'a>, C>>;
 
@@ -149,12 +150,14 @@ fn nolock_from_interrupt_context_at_every_preemption_point() {
                 .unwrap();
         // The handler alternates: allocate (and stash) or free a stashed
         // object, nolock, checking what it got against the live set.
-        let live: &RefCell<HashSet<usize>> = Box::leak(Box::default());
-        let stash: &RefCell<Vec<NonNull<u8>>> = Box::leak(Box::default());
-        let calls: &Cell<(usize, usize)> = Box::leak(Box::default());
+        let live: Rc<RefCell<HashSet<usize>>> = Rc::default();
+        let stash: Rc<RefCell<Vec<NonNull<u8>>>> = Rc::default();
+        let calls: Rc<Cell<(usize, usize)>> = Rc::default();
         let cache = &c as *const Cache<IrqCpus> as usize;
+        let (live2, stash2, calls2) = (live.clone(), stash.clone(), calls.clone());
         IRQ.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
+                let (live, stash, calls) = (&live2, &stash2, &calls2);
                 // SAFETY: the handler is removed before the cache is
                 // destroyed, and runs on this thread while it is borrowed.
                 let c = unsafe { &*(cache as *const Cache<IrqCpus>) };

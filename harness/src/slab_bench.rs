@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use slabmalloc::Allocator as _;
 use slub_core::testing::HostedPlatform;
-use slub_core::{CacheFlags, Kmalloc, SystemPages, ThreadCpus};
+use slub_core::{CacheFlags, Kmalloc, KmemCache, SystemPages, ThreadCpus, kmalloc_index};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
@@ -101,7 +101,17 @@ trait Bench: Sync {
     fn remote_ok(&self) -> bool {
         true
     }
+    /// The slub-core cache serving `l` (bulk rows), if this is slub-core.
+    fn cache(&self, l: Layout) -> Option<&SlubCache> {
+        let _ = l;
+        None
+    }
 }
+
+type SlubCache = KmemCache<HostedPlatform<&'static SystemPages, ThreadCpus>>;
+
+/// Objects per bulk call in the bulk rows (the 64).
+const BULK: usize = 64;
 
 struct Slub(Kmalloc<HostedPlatform<&'static SystemPages, ThreadCpus>>);
 impl Bench for Slub {
@@ -115,6 +125,9 @@ impl Bench for Slub {
         if unsafe { self.0.free(NonNull::new_unchecked(p), l) }.is_err() {
             std::process::abort();
         }
+    }
+    fn cache(&self, l: Layout) -> Option<&SlubCache> {
+        kmalloc_index(l.size(), l.align()).map(|i| &self.0.caches()[i])
     }
 }
 
@@ -243,7 +256,9 @@ pub fn slab_test(common: &Common, a: &SlabTestArgs) -> i32 {
             let size = 1usize << shift;
             let l = Layout::from_size_align(size, 8).unwrap();
             let mut ptrs = vec![std::ptr::null_mut(); n];
-            let (mut al, mut fr, mut pr) = (vec![], vec![], vec![]);
+            let (mut al, mut fr, mut pr, mut bu) = (vec![], vec![], vec![], vec![]);
+            let cache = b.cache(l);
+            let mut chunk = [NonNull::<u8>::dangling(); BULK];
             for _ in 0..REPEAT {
                 let t = cycles();
                 for p in ptrs.iter_mut() {
@@ -263,27 +278,43 @@ pub fn slab_test(common: &Common, a: &SlabTestArgs) -> i32 {
                     unsafe { b.free(std::hint::black_box(p), l) };
                 }
                 pr.push((cycles() - t) as f64 / n as f64);
+                // Bulk rows (slub-core): alloc_bulk + free_bulk of 64.
+                if let Some(c) = cache {
+                    let rounds = n.div_ceil(BULK);
+                    let t = cycles();
+                    for _ in 0..rounds {
+                        c.alloc_bulk(&mut chunk).unwrap();
+                        // SAFETY: allocated just above, freed once.
+                        unsafe { c.free_bulk(std::hint::black_box(&chunk)) }.unwrap();
+                    }
+                    bu.push((cycles() - t) as f64 / (rounds * BULK) as f64);
+                }
             }
-            sizes.push(json!({"size": size, "alloc_cycles": median(al).round() as u64,
-                "free_cycles": median(fr).round() as u64, "pair_cycles": median(pr).round() as u64}));
+            let bulk = (!bu.is_empty()).then(|| median(bu).round() as u64);
+            sizes.push(
+                json!({"size": size, "alloc_cycles": median(al).round() as u64,
+                "free_cycles": median(fr).round() as u64, "pair_cycles": median(pr).round() as u64,
+                "bulk64_pair_cycles": bulk}),
+            );
         }
         results.push(json!({"allocator": name(w), "sizes": sizes}));
     }
     let v = json!({"count": n, "results": results});
     emit(common, v.clone(), || {
         println!(
-            "{:<11} {:>6} {:>12} {:>11} {:>11}",
-            "allocator", "size", "alloc_cyc", "free_cyc", "pair_cyc"
+            "{:<11} {:>6} {:>12} {:>11} {:>11} {:>14}",
+            "allocator", "size", "alloc_cyc", "free_cyc", "pair_cyc", "bulk64_pair_cyc"
         );
         for r in v["results"].as_array().unwrap() {
             for s in r["sizes"].as_array().unwrap() {
                 println!(
-                    "{:<11} {:>6} {:>12} {:>11} {:>11}",
+                    "{:<11} {:>6} {:>12} {:>11} {:>11} {:>14}",
                     r["allocator"].as_str().unwrap(),
                     s["size"],
                     s["alloc_cycles"],
                     s["free_cycles"],
-                    s["pair_cycles"]
+                    s["pair_cycles"],
+                    s["bulk64_pair_cycles"]
                 );
             }
         }
@@ -318,6 +349,80 @@ fn n_pattern(b: &dyn Bench, l: Layout, n: usize, loops: usize) -> f64 {
         }
     }
     t.elapsed().as_nanos() as f64 / (rounds * n) as f64
+}
+
+/// `n` objects with one `alloc_bulk`, then one `free_bulk`, on one cache;
+/// ns per object (alloc + free).
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn bulk_pairs(c: &SlubCache, n: usize, loops: usize) -> f64 {
+    let mut ptrs = vec![NonNull::<u8>::dangling(); n];
+    let rounds = (loops / n).max(1);
+    let t = Instant::now();
+    for _ in 0..rounds {
+        if c.alloc_bulk(&mut ptrs).is_err() {
+            std::process::abort();
+        }
+        // SAFETY: allocated just above, freed once.
+        if unsafe { c.free_bulk(std::hint::black_box(&ptrs)) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / (rounds * n) as f64
+}
+
+/// The same `n` objects one `alloc` / `free` at a time on the same cache
+/// (the side-by-side baseline of [`bulk_pairs`]).
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn single_pairs(c: &SlubCache, n: usize, loops: usize) -> f64 {
+    let mut ptrs = vec![NonNull::<u8>::dangling(); n];
+    let rounds = (loops / n).max(1);
+    let t = Instant::now();
+    for _ in 0..rounds {
+        for p in ptrs.iter_mut() {
+            *p = c.alloc().unwrap_or_else(|_| std::process::abort());
+        }
+        for &p in std::hint::black_box(&ptrs) {
+            // SAFETY: allocated above, freed once.
+            if unsafe { c.free(p) }.is_err() {
+                std::process::abort();
+            }
+        }
+    }
+    t.elapsed().as_nanos() as f64 / (rounds * n) as f64
+}
+
+/// `alloc_nolock` / `free_nolock` pairs on one cache (after a warm-up that
+/// gives the CPU a slab); ns per pair.
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn nolock_pairs(c: &SlubCache, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = c.alloc_nolock().unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above, freed once.
+        if unsafe { c.free_nolock(std::hint::black_box(p)) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
+/// `alloc` / `free` pairs on the same cache: the baseline of
+/// [`nolock_pairs`].
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn cache_pairs(c: &SlubCache, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = c.alloc().unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above, freed once.
+        if unsafe { c.free(std::hint::black_box(p)) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
 }
 
 /// One thread allocates batches of `n`, `threads` others free them.
@@ -414,8 +519,42 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
                     .collect(),
             )
         });
+        // Bulk (64 per call) against one at a time, same cache, same run.
+        let (bulk, single) = b.cache(l).map_or((None, None), |c| {
+            bulk_pairs(c, BULK, BULK * 4);
+            let mut bu = vec![];
+            let mut si = vec![];
+            for _ in 0..REPEAT {
+                bu.push(bulk_pairs(c, BULK, loops));
+                si.push(single_pairs(c, BULK, loops));
+            }
+            (Some(median(bu)), Some(median(si)))
+        });
+        // nolock pairs against the ordinary pair, same cache, same run.
+        // A sheaves cache may have no CPU slab or partial slab for nolock
+        // calls (its sheaves hold the objects): then the row is n/a.
+        let nolock_ok = |c: &SlubCache| {
+            // SAFETY: allocated just before, freed once.
+            c.alloc_nolock()
+                .is_ok_and(|p| unsafe { c.free_nolock(p) }.is_ok())
+        };
+        let (nolock, fast) = b
+            .cache(l)
+            .filter(|&c| nolock_ok(c))
+            .map_or((None, None), |c| {
+                cache_pairs(c, 1024);
+                let mut no = vec![];
+                let mut fa = vec![];
+                for _ in 0..REPEAT {
+                    no.push(nolock_pairs(c, loops));
+                    fa.push(cache_pairs(c, loops));
+                }
+                (Some(median(no)), Some(median(fa)))
+            });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
-            "remote_free_ns": rf});
+            "remote_free_ns": rf, "bulk64_ns": bulk, "single64_ns": single,
+            "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
+            "nolock_pair_ns": nolock, "cache_pair_ns": fast});
         if rf.is_none() {
             r["note"] = json!("single-threaded allocator (&mut self): no remote free");
         }
@@ -428,18 +567,28 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             "two_cmpxchg16b_reread_ns": reread}});
     emit(common, v.clone(), || {
         println!(
-            "{:<11} {:>18} {:>14} {:>16}",
-            "allocator", "fastpath_reuse_ns", "n_pattern_ns", "remote_free_ns"
+            "{:<11} {:>18} {:>14} {:>16} {:>10} {:>11} {:>15} {:>14}",
+            "allocator",
+            "fastpath_reuse_ns",
+            "n_pattern_ns",
+            "remote_free_ns",
+            "bulk64_ns",
+            "single64_ns",
+            "nolock_pair_ns",
+            "cache_pair_ns"
         );
+        let opt = |x: &Value| x.as_f64().map_or("n/a".into(), |x| format!("{x:.2}"));
         for r in v["results"].as_array().unwrap() {
             println!(
-                "{:<11} {:>18.2} {:>14.2} {:>16}",
+                "{:<11} {:>18.2} {:>14.2} {:>16} {:>10} {:>11} {:>15} {:>14}",
                 r["allocator"].as_str().unwrap(),
                 r["fastpath_reuse_ns"].as_f64().unwrap(),
                 r["n_pattern_ns"].as_f64().unwrap(),
-                r["remote_free_ns"]
-                    .as_f64()
-                    .map_or("n/a".into(), |x| format!("{x:.2}"))
+                opt(&r["remote_free_ns"]),
+                opt(&r["bulk64_ns"]),
+                opt(&r["single64_ns"]),
+                opt(&r["nolock_pair_ns"]),
+                opt(&r["cache_pair_ns"])
             );
         }
         println!(

@@ -19,7 +19,14 @@ use crate::stats::SlabInfo;
 use crate::tid::{FastFree, TidFront};
 use arch_api::Platform;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+mod bulk;
+mod nolock;
+mod prefill;
+mod resize;
+
+pub use prefill::Prefilled;
 
 bitflags::bitflags! {
     /// Per-cache options (Linux's `SLAB_*` flags that matter here). The
@@ -87,6 +94,9 @@ pub struct KmemCache<K: Platform> {
     flags: CacheFlags,
     name: &'static str,
     nr_cpus: usize,
+    /// Objects whose `free_nolock` found the node lock held: a lock-free
+    /// stack (0: empty) drained by the next slow path (`nolock.rs`).
+    nolock_deferred: AtomicUsize,
 }
 
 // SAFETY: all shared state is behind atomics, DW-CAS cells, the node lock,
@@ -230,6 +240,7 @@ impl<K: Platform> KmemCache<K> {
             flags,
             name,
             nr_cpus,
+            nolock_deferred: AtomicUsize::new(0),
         })
     }
 
@@ -357,6 +368,7 @@ impl<K: Platform> KmemCache<K> {
     /// The whole allocation: fast path (again), slow path and errors.
     #[inline]
     fn alloc_slow(&self) -> Result<NonNull<u8>, AllocError> {
+        self.drain_nolock_frees();
         let p = match self.mode.load(Ordering::Relaxed) {
             MODE_SHEAVES => self.sheaves.alloc(&self.tid, &self.slabs)?,
             MODE_TID => self.tid.alloc(&self.slabs)?,
@@ -446,6 +458,7 @@ impl<K: Platform> KmemCache<K> {
         if mode == MODE_DESTROYED {
             return Err(FreeError::Destroyed);
         }
+        self.drain_nolock_frees();
         #[cfg(feature = "debug")]
         {
             // SAFETY: the caller's contract; the direct map is consulted first.
@@ -470,6 +483,7 @@ impl<K: Platform> KmemCache<K> {
         if self.is_destroyed() {
             return 0;
         }
+        self.drain_nolock_frees();
         {
             let (_g, cpu) = self.slabs.cpus().pin();
             self.flush_cpu(cpu);
@@ -487,6 +501,7 @@ impl<K: Platform> KmemCache<K> {
         if self.is_destroyed() {
             return Err(DestroyError::AlreadyDestroyed);
         }
+        self.drain_nolock_frees();
         // Exclusive access: no CPU runs on this cache, so every CPU's state
         // can be flushed from here (what Linux does with an IPI per CPU).
         for cpu in 0..self.nr_cpus {

@@ -41,32 +41,59 @@ pub enum AllocError {
         object: usize,
         /// The decoded (bad) value.
         decoded: usize,
+        /// Where in the object the freelist pointer is stored (`u32`, so the
+        /// error stays three words).
+        offset: u32,
     },
     /// (`debug`) A free object's poison or red zone was overwritten while it
     /// sat on the freelist (use after free). The object is not handed out.
     PoisonOverwritten {
         /// The object.
         object: usize,
+        /// The first byte (from the object's start) found changed; the
+        /// object's size and beyond is its red zone. (`u32`: slots are far
+        /// smaller, and the error stays two words.)
+        offset: u32,
     },
     /// The cache has been destroyed.
     Destroyed,
     /// (kmalloc) A size or alignment no class or page allocation can serve.
     BadLayout,
+    /// (nolock) Every route that needs no waiting was empty or its lock was
+    /// held (the CPU freelist, the node partial list under a try-lock);
+    /// nothing was allocated. Retry from a context that may wait, or with
+    /// another cache.
+    WouldBlock,
+    /// (krealloc) The object being moved was refused by its free (a bad
+    /// pointer, or under `debug` an overwritten red zone); it is left as it
+    /// was.
+    Free(FreeError),
 }
 
 impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AllocError::OutOfMemory => f.write_str("out of memory for a new slab"),
-            AllocError::FreelistCorrupted { object, decoded } => write!(
+            AllocError::FreelistCorrupted {
+                object,
+                decoded,
+                offset,
+            } => write!(
                 f,
-                "freelist pointer in object {object:#x} decodes to {decoded:#x}, not an object of its slab"
+                "freelist pointer at offset {offset} of object {object:#x} decodes to {decoded:#x}, not an object of its slab"
             ),
-            AllocError::PoisonOverwritten { object } => {
-                write!(f, "free object {object:#x} was written after free")
+            AllocError::PoisonOverwritten { object, offset } => {
+                write!(
+                    f,
+                    "free object {object:#x} was written after free at offset {offset}"
+                )
             }
             AllocError::Destroyed => f.write_str("cache has been destroyed"),
             AllocError::BadLayout => f.write_str("size or alignment not servable"),
+            AllocError::WouldBlock => {
+                f.write_str("no object without waiting for a lock (nolock allocation)")
+            }
+            AllocError::Free(e) => write!(f, "krealloc could not free the old object: {e}"),
         }
     }
 }
@@ -95,6 +122,13 @@ pub enum FreeError {
     RedZoneOverwritten {
         /// The pointer.
         ptr: usize,
+        /// The first red-zone byte (from the object's start) found changed:
+        /// at or past the size asked for. Present with the `debug` feature,
+        /// the only one that reports this error (match with `{ ptr, .. }`):
+        /// a second payload word would make `Result<(), FreeError>` leave
+        /// its two registers and every `free` pay for a stack slot.
+        #[cfg(feature = "debug")]
+        offset: u32,
     },
     /// The cache has been destroyed.
     Destroyed,
@@ -111,6 +145,12 @@ impl fmt::Display for FreeError {
                 write!(f, "free of {ptr:#x}, which is not at an object boundary")
             }
             FreeError::DoubleFree { ptr } => write!(f, "double free of {ptr:#x}"),
+            #[cfg(feature = "debug")]
+            FreeError::RedZoneOverwritten { ptr, offset } => write!(
+                f,
+                "red zone of {ptr:#x} overwritten at offset {offset} (buffer overflow)"
+            ),
+            #[cfg(not(feature = "debug"))]
             FreeError::RedZoneOverwritten { ptr } => {
                 write!(f, "red zone of {ptr:#x} overwritten (buffer overflow)")
             }

@@ -12,6 +12,9 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+mod krealloc;
+mod nolock;
+
 /// Smallest class.
 pub const KMALLOC_MIN_SIZE: usize = 8;
 /// Largest size served from slabs (`KMALLOC_MAX_CACHE_SIZE`).
@@ -111,6 +114,13 @@ impl<K: Platform> Kmalloc<K> {
     #[inline(always)]
     pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         match kmalloc_index(layout.size(), layout.align()) {
+            // Under `debug` the size asked for is recorded: the bytes past
+            // it are red zone.
+            #[cfg(feature = "debug")]
+            Some(i) => self.caches[i].alloc().inspect(|&p| {
+                self.caches[i].set_requested_size(p, layout.size());
+            }),
+            #[cfg(not(feature = "debug"))]
             Some(i) => self.caches[i].alloc(),
             None => {
                 // As `KmemCache::alloc`'s slow path: the error comes back

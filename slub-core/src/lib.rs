@@ -145,7 +145,7 @@ mod tid;
 pub mod loom_mutation;
 
 pub use arch_api::CpuLocal;
-pub use cache::{CacheConfig, CacheFlags, KmemCache};
+pub use cache::{CacheConfig, CacheFlags, KmemCache, Prefilled};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{

@@ -20,6 +20,8 @@ use arch_api::sync::RawMutex;
 use core::marker::PhantomData;
 use core::ptr::null_mut;
 
+mod bulk;
+
 /// One CPU's sheaves. `main` is never null: without a sheaf it points at
 /// `no_sheaf` (set by [`init_in_place`](Self::init_in_place)), so the fast
 /// paths need no null test; `spare` may be null. Protected by the CPU's

@@ -28,6 +28,9 @@ use arch_api::{DoubleWord, DwCas, DwCell};
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
+mod bulk;
+mod nolock;
+
 /// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
 /// `cell`; the partial list is protected by the CpuLocal guard.
 #[repr(C, align(64))]
@@ -159,6 +162,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         Err(AllocError::FreelistCorrupted {
             object: obj as usize,
             decoded: next as usize,
+            offset: s.codec().fp_off as u32,
         })
     }
 
@@ -357,6 +361,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             return Err(AllocError::FreelistCorrupted {
                 object: chain as usize,
                 decoded: next as usize,
+                offset: s.codec().fp_off as u32,
             });
         }
         let next = crate::loom_hooks::end_token_mutation(next);

@@ -397,7 +397,8 @@ fn debug_red_zones_poison_and_ownership() {
     assert_eq!(
         r,
         Err(FreeError::RedZoneOverwritten {
-            ptr: p.as_ptr() as usize
+            ptr: p.as_ptr() as usize,
+            offset: 40
         })
     );
     let q = c.alloc().unwrap();
@@ -417,7 +418,8 @@ fn debug_red_zones_poison_and_ownership() {
     assert_eq!(
         c.alloc(),
         Err(AllocError::PoisonOverwritten {
-            object: q.as_ptr() as usize
+            object: q.as_ptr() as usize,
+            offset: 3
         })
     );
     // A foreign pointer (not in the arena) is refused without being read.

@@ -161,6 +161,10 @@ fn sheaves_barn_moves_objects_between_cpus() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "miri ICE (weak_memory.rs:233) when a page-source block written plainly is reused as a slab; fails the same on 2f0f39b with this nightly"
+)]
 fn kmalloc_classes_and_large_sizes() {
     assert_eq!(kmalloc_index(1, 1), Some(0));
     assert_eq!(kmalloc_index(8, 8), Some(0));

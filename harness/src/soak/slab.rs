@@ -4,8 +4,11 @@
 //! between reading the tid and the CAS. Every object is stamped on kmalloc
 //! and checked on kfree (an object handed out twice, or written by the
 //! allocator while live, shows); a quarter of the frees are done by another
-//! thread. At the end every object is freed, both allocators destroyed, and
-//! every slab page must be back in the arena.
+//! thread. One allocation in eight is `kmalloc_nolock` (falling back to
+//! `kmalloc` when it would block), one free in eight `kfree_nolock`, and
+//! some objects are `krealloc`ed (stamps moved along). At the end every
+//! object is freed, both allocators destroyed, and every slab page must be
+//! back in the arena.
 
 use super::{Rng, Tally};
 use arch_api::PhysArena;
@@ -47,6 +50,21 @@ pub struct SlabSoak {
 
 fn layout(size: usize) -> Option<Layout> {
     Layout::from_size_align(size, 8).ok()
+}
+
+/// Writes `stamp` at the start of the `size`-byte object `p` and its
+/// complement at the end (from 16 bytes).
+///
+/// # Safety
+/// `p` holds `size >= 8` bytes owned by the caller.
+unsafe fn write_stamp(p: *mut u8, size: usize, stamp: u64) {
+    // SAFETY: the caller's contract; the stamps do not overlap from 16 bytes.
+    unsafe {
+        p.cast::<u64>().write_unaligned(stamp);
+        if size >= 16 {
+            p.add(size - 8).cast::<u64>().write_unaligned(!stamp);
+        }
+    }
 }
 
 impl SlabSoak {
@@ -109,7 +127,14 @@ impl SlabSoak {
             return;
         };
         // SAFETY: allocated from this front with this layout, freed once.
-        if let Err(e) = unsafe { self.fronts[o.front].free(p, l) } {
+        let r = if o.stamp % 8 == 3 && o.size <= slub_core::KMALLOC_MAX_CACHE_SIZE {
+            // SAFETY: as above (a class size).
+            unsafe { self.fronts[o.front].free_nolock(p, l) }
+        } else {
+            // SAFETY: as above.
+            unsafe { self.fronts[o.front].free(p, l) }
+        };
+        if let Err(e) = r {
             th.tally
                 .violation(|| format!("kfree of {:#x} ({} bytes): {e}", o.ptr, o.size));
         }
@@ -135,21 +160,19 @@ impl SlabSoak {
             };
             let front = rng.below(2) as usize;
             let Some(l) = layout(size) else { return };
-            match self.fronts[front].alloc(l) {
+            let got = if rng.one_in(8) {
+                self.fronts[front]
+                    .alloc_nolock(l)
+                    .or_else(|_| self.fronts[front].alloc(l))
+            } else {
+                self.fronts[front].alloc(l)
+            };
+            match got {
                 Ok(p) => {
                     th.seq += 1;
                     let stamp = (th.t as u64) << 48 | th.seq;
-                    // SAFETY: a fresh object of at least `size` >= 8 bytes;
-                    // the two stamps do not overlap from 16 bytes on.
-                    unsafe {
-                        p.as_ptr().cast::<u64>().write_unaligned(stamp);
-                        if size >= 16 {
-                            p.as_ptr()
-                                .add(size - 8)
-                                .cast::<u64>()
-                                .write_unaligned(!stamp);
-                        }
-                    }
+                    // SAFETY: a fresh object of at least `size` >= 8 bytes.
+                    unsafe { write_stamp(p.as_ptr(), size, stamp) };
                     th.held.push(Obj {
                         ptr: p.as_ptr() as usize,
                         size,
@@ -158,6 +181,38 @@ impl SlabSoak {
                     });
                 }
                 Err(e) => th.tally.violation(|| format!("kmalloc({size}): {e}")),
+            }
+        } else if !th.held.is_empty() && rng.one_in(8) {
+            // krealloc a held object to a new size; the head stamp moves
+            // with the contents, the tail stamp is rewritten.
+            let i = rng.below(th.held.len() as u64) as usize;
+            let new = 8 + rng.below(2048) as usize;
+            let (ptr, size, front) = (th.held[i].ptr, th.held[i].size, th.held[i].front);
+            let (Some(old), Some(p)) = (layout(size), NonNull::new(ptr as *mut u8)) else {
+                return;
+            };
+            // SAFETY: a live object of this front allocated with `old`.
+            match unsafe { self.fronts[front].krealloc(p, old, new, false) } {
+                Ok(q) => {
+                    let o = &mut th.held[i];
+                    // SAFETY: `q` holds `new >= 8` bytes, ours.
+                    let head = unsafe { q.as_ptr().cast::<u64>().read_unaligned() };
+                    if head != o.stamp {
+                        th.tally.violation(|| {
+                            format!(
+                                "krealloc {size} -> {new}: contents not kept at {:#x}",
+                                q.as_ptr() as usize
+                            )
+                        });
+                    }
+                    // SAFETY: as above.
+                    unsafe { write_stamp(q.as_ptr(), new, o.stamp) };
+                    o.ptr = q.as_ptr() as usize;
+                    o.size = new;
+                }
+                Err(e) => th
+                    .tally
+                    .violation(|| format!("krealloc {size} -> {new}: {e}")),
             }
         } else if !th.held.is_empty() {
             let o = th

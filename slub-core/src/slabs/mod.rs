@@ -8,6 +8,7 @@
 //! children, so the invariants of the partial lists (stated in
 //! `partial.rs`) are kept here alone.
 
+mod nolock;
 mod partial;
 mod remote;
 

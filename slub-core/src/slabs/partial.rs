@@ -80,6 +80,11 @@ impl PartialList {
         self.nr -= 1;
     }
 
+    /// The first slab, or null.
+    pub(crate) fn first(&self) -> *mut Slab {
+        self.head
+    }
+
     /// Whether `s` is on the list.
     ///
     /// # Safety
@@ -108,6 +113,11 @@ impl<R: RawMutex> Node<R> {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, R, PartialList> {
         self.list.lock()
+    }
+
+    /// The lock if it is free now (the nolock paths never wait for it).
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, R, PartialList>> {
+        self.list.try_lock()
     }
 
     /// Partial slabs and the free objects on them (for slabinfo).

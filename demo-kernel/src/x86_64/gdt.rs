@@ -6,7 +6,7 @@
 //! fault.
 //!
 //! Selectors: 0x08 64-bit code, 0x10 data, then CPU `i`'s 16-byte TSS
-//! descriptor at 0x18 + 16 i (SDM Vol. 3A §7.2.3, Figure 7-4). Each CPU
+//! descriptor at 0x18 + 16 i (SDM Vol. 3A §8.2.3, Figure 8-4). Each CPU
 //! needs its own TSS: `ltr` marks the descriptor busy, and a second `ltr`
 //! of a busy one is a #GP (SDM Vol. 2A, LTR), besides which each CPU's IST
 //! must point at its own stack.

@@ -31,6 +31,13 @@
 //! `run_on_all`), `irq_entry.rs` (interrupt stubs), `tick.rs` (APIC timer),
 //! `shootdown.rs` (the TLB shootdown IPI), `tlb.rs` (counted `X86Tlb`),
 //! `tlb_check.rs` (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
+//!
+//! Manual citations ("SDM") are to the Intel 64 and IA-32 Architectures
+//! Software Developer's Manual, order number 325462, in the editions that
+//! have the User Interrupts chapter as Vol. 3A chapter 7: interrupts and
+//! exceptions are chapter 6, task management 8, multiple-processor
+//! management 9, the APIC 11. Older editions number the chapters after 6 one
+//! lower (task management 7, the APIC 10).
 
 mod acpi;
 mod apic;

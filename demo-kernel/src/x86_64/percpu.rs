@@ -119,7 +119,7 @@ const CR4_FSGSBASE: u64 = 1 << 16;
 
 /// Points this CPU's GS base at `area`. With CPUID.(EAX=07H,ECX=0):EBX[0]
 /// (FSGSBASE) the base is written by `wrgsbase` once CR4.FSGSBASE is set
-/// (SDM Vol. 3A §4.5.2 "Segment Loading Instructions in IA-32e Mode" and
+/// (SDM Vol. 3A §3.4.4 "Segment Loading Instructions in IA-32e Mode" and
 /// the WRGSBASE entry in Vol. 2D); without it (qemu's default `qemu64`
 /// CPU) through the MSR, which is the same register.
 pub fn init_this_cpu(area: &'static Area) {

@@ -231,9 +231,7 @@ fn misaligned_and_destroyed_are_refused() {
     // SAFETY: allocated above, freed once.
     unsafe { c.free(p) }.unwrap();
     c.destroy().unwrap();
-    // SAFETY: refused: the cache is destroyed.
-    assert_eq!(
-        unsafe { c.free_deferred(p, &gp) },
-        Err(FreeError::Destroyed)
-    );
+    // SAFETY: refused before any use: the cache is destroyed.
+    let r = unsafe { c.free_deferred(p, &gp) };
+    assert_eq!(r, Err(FreeError::Destroyed));
 }

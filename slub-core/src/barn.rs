@@ -260,7 +260,11 @@ impl<R: RawMutex> Barn<R> {
         Some(full)
     }
 
-    /// `barn_put_full_sheaf` + get an empty one, if the barn has room.
+    /// `barn_put_full_sheaf` + get an empty one, if the barn has room and
+    /// an empty sheaf can be had. On `None` the caller still owns `full`:
+    /// it goes into the barn only once the empty one is in hand, so a
+    /// failed sheaf allocation never leaves it both in the barn and with
+    /// the caller (who would flush it, and the barn later again).
     pub(crate) fn exchange_full_for_empty<P: PageSource>(
         &self,
         full: *mut Sheaf,
@@ -270,9 +274,6 @@ impl<R: RawMutex> Barn<R> {
         if b.nr_full >= self.max_full {
             return None;
         }
-        // SAFETY: barn lock held; `full` is ours.
-        unsafe { push(&mut b.full, full) };
-        b.nr_full += 1;
         // SAFETY: barn lock held.
         let mut e = unsafe { pop(&mut b.empty) };
         if e.is_null() {
@@ -281,10 +282,22 @@ impl<R: RawMutex> Barn<R> {
         } else {
             b.nr_empty -= 1;
         }
-        drop(b);
         if e.is_null() {
+            // A new pool page (taken under the lock by `get_empty`).
+            drop(b);
             e = self.get_empty(pages).ok()?;
+            b = self.inner.lock();
+            if b.nr_full >= self.max_full {
+                // Filled up meanwhile: keep the chunk, the caller flushes.
+                // SAFETY: barn lock held; `e` is ours.
+                unsafe { push(&mut b.chunks, e) };
+                return None;
+            }
         }
+        // SAFETY: barn lock held; `full` is ours.
+        unsafe { push(&mut b.full, full) };
+        b.nr_full += 1;
+        drop(b);
         // SAFETY: `e` is ours.
         unsafe { Sheaf::set_size(e, 0) };
         Some(e)

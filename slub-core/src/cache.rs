@@ -8,6 +8,7 @@
 
 use crate::barn::Barn;
 use crate::cpu_local::CpuLocal;
+use crate::deferred::Deferred;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::freelist::Codec;
 use crate::mem::PlatformMem;
@@ -22,6 +23,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 mod bulk;
+mod deferred;
 mod nolock;
 mod prefill;
 mod resize;
@@ -97,6 +99,8 @@ pub struct KmemCache<K: Platform> {
     /// Objects whose `free_nolock` found the node lock held: a lock-free
     /// stack (0: empty) drained by the next slow path (`nolock.rs`).
     nolock_deferred: AtomicUsize,
+    /// `free_deferred`'s per-CPU batches and pending list (`deferred.rs`).
+    deferred: Deferred<K::Lock>,
 }
 
 // SAFETY: all shared state is behind atomics, DW-CAS cells, the node lock,
@@ -241,6 +245,7 @@ impl<K: Platform> KmemCache<K> {
             name,
             nr_cpus,
             nolock_deferred: AtomicUsize::new(0),
+            deferred: Deferred::new(nr_cpus),
         })
     }
 
@@ -496,10 +501,17 @@ impl<K: Platform> KmemCache<K> {
     /// [`DestroyError::LiveObjects`] naming how many, freeing nothing under
     /// them (the cache stays usable). Otherwise every slab page, the per-CPU
     /// array and the sheaves go back to the platform's memory; later calls fail
-    /// with `Destroyed`.
+    /// with `Destroyed`. With deferred frees pending it fails with
+    /// [`DestroyError::DeferredPending`] (use
+    /// [`destroy_deferred`](Self::destroy_deferred) to wait for them).
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
         if self.is_destroyed() {
             return Err(DestroyError::AlreadyDestroyed);
+        }
+        if self.deferred.count() != 0 {
+            return Err(DestroyError::DeferredPending {
+                objects: self.deferred.count(),
+            });
         }
         self.drain_nolock_frees();
         // Exclusive access: no CPU runs on this cache, so every CPU's state
@@ -526,6 +538,7 @@ impl<K: Platform> KmemCache<K> {
         // slab back: nothing uses the per-CPU arrays or the sheaf pool, which
         // came from these pages.
         unsafe {
+            self.deferred.release(pages);
             self.sheaves.release(pages);
             self.tid.release(pages);
         }

@@ -132,6 +132,13 @@ pub enum FreeError {
     },
     /// The cache has been destroyed.
     Destroyed,
+    /// (`free_deferred`) As many deferred frees are pending as the cache
+    /// allows and the grace period cannot be waited for here: the object
+    /// was not taken (the caller still owns it; retry after a grace period).
+    DeferredBacklog {
+        /// Objects waiting for a grace period.
+        pending: usize,
+    },
 }
 
 impl fmt::Display for FreeError {
@@ -155,6 +162,10 @@ impl fmt::Display for FreeError {
                 write!(f, "red zone of {ptr:#x} overwritten (buffer overflow)")
             }
             FreeError::Destroyed => f.write_str("cache has been destroyed"),
+            FreeError::DeferredBacklog { pending } => write!(
+                f,
+                "{pending} deferred frees wait for a grace period; none can be added now"
+            ),
         }
     }
 }
@@ -176,6 +187,13 @@ pub enum DestroyError {
     },
     /// The cache had already been destroyed.
     AlreadyDestroyed,
+    /// Deferred frees wait for a grace period that has not elapsed and
+    /// could not be waited for; nothing was freed and the cache stays
+    /// usable (wait with `deferred_barrier`, then destroy).
+    DeferredPending {
+        /// Objects waiting for a grace period.
+        objects: usize,
+    },
 }
 
 impl fmt::Display for DestroyError {
@@ -188,6 +206,9 @@ impl fmt::Display for DestroyError {
                 write!(f, "{slabs} slabs could not be returned (lost slabs)")
             }
             DestroyError::AlreadyDestroyed => f.write_str("cache already destroyed"),
+            DestroyError::DeferredPending { objects } => {
+                write!(f, "{objects} deferred frees still wait for a grace period")
+            }
         }
     }
 }

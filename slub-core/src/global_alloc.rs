@@ -126,7 +126,8 @@ extern "C" fn abort_bad_free(ptr: usize, size: usize, kind: u8) -> ! {
         2 => "misaligned pointer (not an object boundary)",
         3 => "double free",
         4 => "red zone overwritten (buffer overflow)",
-        _ => "cache destroyed",
+        5 => "cache destroyed",
+        _ => "deferred-free backlog",
     };
     panic!("slub-core: invalid dealloc of {ptr:#x} (size {size}): {why}; aborting");
 }
@@ -139,6 +140,8 @@ fn kind(e: FreeError) -> u8 {
         FreeError::DoubleFree { .. } => 3,
         FreeError::RedZoneOverwritten { .. } => 4,
         FreeError::Destroyed => 5,
+        // Not a `dealloc` error (only `free_deferred` returns it).
+        FreeError::DeferredBacklog { .. } => 6,
     }
 }
 

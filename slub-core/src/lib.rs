@@ -48,6 +48,8 @@
 //!
 //! * [`KmemCache`] (`kmem_cache`): `new(name, size, align, flags, …)`,
 //!   [`alloc`](KmemCache::alloc), [`free`](KmemCache::free),
+//!   [`free_deferred`](KmemCache::free_deferred) (`kfree_rcu`, with the
+//!   OS's [`GracePeriod`]),
 //!   [`shrink`](KmemCache::shrink), [`destroy`](KmemCache::destroy).
 //! * [`Kmalloc`]: size classes 8, 16, …, 16384 from slabs, larger sizes from
 //!   the platform's frames; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
@@ -122,6 +124,7 @@ extern crate std;
 mod barn;
 mod cache;
 pub mod cpu_local;
+mod deferred;
 mod error;
 mod freelist;
 mod global_alloc;
@@ -146,6 +149,7 @@ pub mod loom_mutation;
 
 pub use arch_api::CpuLocal;
 pub use cache::{CacheConfig, CacheFlags, KmemCache, Prefilled};
+pub use deferred::{GracePeriod, MAX_PENDING};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{

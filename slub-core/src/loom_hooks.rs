@@ -50,3 +50,13 @@ pub(crate) fn barn_two_phase() -> bool {
     }
     false
 }
+
+/// Whether deferred frees skip the grace period (free as soon as handed over).
+#[inline(always)]
+pub(crate) fn deferred_no_grace() -> bool {
+    #[cfg(kmm_loom)]
+    if MUTATION.active(m::DEFERRED_NO_GRACE) {
+        return true;
+    }
+    false
+}

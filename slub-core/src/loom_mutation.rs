@@ -17,6 +17,9 @@ pub const DEACTIVATE_BLIND_STORE: u8 = 3;
 /// The barn hands out a full sheaf and unlinks it in a second critical
 /// section, so two CPUs can take the same sheaf.
 pub const BARN_TWO_PHASE: u8 = 4;
+/// Deferred frees go back to their slabs as soon as their batch is handed
+/// over, without waiting for its grace period (a free under a reader).
+pub const DEFERRED_NO_GRACE: u8 = 5;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

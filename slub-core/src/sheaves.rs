@@ -132,6 +132,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         }
     }
 
+    /// The barn (its sheaf pool also holds the deferred-free batches).
+    pub(crate) fn barn(&self) -> &Barn<R> {
+        &self.barn
+    }
+
     /// Sheaf capacity (at least 1).
     #[inline(always)]
     fn cap(&self) -> usize {

@@ -5,7 +5,12 @@
 pub use arch_api::testing::PreemptPoint;
 
 #[cfg(feature = "testing")]
+pub use epoch::{EpochGracePeriod, NoWait, ReadGuard};
+#[cfg(feature = "testing")]
 pub use platform::HostedPlatform;
+
+#[cfg(feature = "testing")]
+mod epoch;
 
 #[cfg(feature = "testing")]
 mod platform {

@@ -120,4 +120,5 @@ pub fn destroy_all<D: arch_api::DwCas>(c: loom::sync::Arc<Cache<D>>) {
     assert_eq!(c.mem().blocks_in_use(), 0, "every page returned");
 }
 
+pub mod deferred;
 pub mod models;

@@ -15,6 +15,20 @@ use arch_api::sync::RawMutex;
 use arch_api::{DoubleWord, DwCas};
 use core::sync::atomic::Ordering;
 
+/// What one try of `__slab_free`'s CAS came to.
+enum Attempt {
+    /// Pushed: the slab's frozen bit, its freelist before, objects in use after.
+    Done {
+        frozen: bool,
+        prior: u64,
+        inuse: usize,
+    },
+    /// The CAS lost a race: try again.
+    Retry,
+    /// The slab may change lists: redo under the node lock.
+    NeedsLock,
+}
+
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the
     /// slab header's magic; a line the CAS touches anyway), then `__slab_free`.
@@ -35,7 +49,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     }
 
     /// `__slab_free`: pushes the chain `head..=tail` (`cnt` objects of slab
-    /// `x`, linked) on the slab's freelist.
+    /// `x`, linked) on the slab's freelist. The common case (the slab stays
+    /// on its list) is one DW-CAS; a free that may move the slab between
+    /// lists (it becomes empty, or was full) is redone under the node lock
+    /// by [`slab_free_locked`](Self::slab_free_locked), out of line so that
+    /// this loop stays small.
     pub(crate) fn slab_free_chain(
         &self,
         x: *mut Slab,
@@ -44,61 +62,115 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         cnt: usize,
         single: bool,
     ) -> Result<(), FreeError> {
-        // SAFETY: `x` is a live slab of this cache (checked by the caller).
-        let st = unsafe { &(*x).state };
+        loop {
+            match self.free_attempt(x, head, tail, cnt, single, false)? {
+                Attempt::Done { frozen, .. } => {
+                    self.stat_here(StatItem::FreeSlowpath);
+                    if frozen {
+                        self.stat_here(StatItem::FreeRemote);
+                    }
+                    return Ok(());
+                }
+                Attempt::NeedsLock => return self.slab_free_locked(x, head, tail, cnt, single),
+                Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
+            }
+        }
+    }
+
+    /// [`slab_free_chain`](Self::slab_free_chain) under the node lock: after
+    /// the CAS a slab that became empty is discarded (beyond
+    /// `min_partial`), one that was full goes on the partial list.
+    #[cold]
+    #[inline(never)]
+    fn slab_free_locked(
+        &self,
+        x: *mut Slab,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+        single: bool,
+    ) -> Result<(), FreeError> {
         let end = end_token(x as usize);
-        let mut guard = None;
-        let (was_frozen, prior, inuse) = loop {
-            let hi = st.load_hi(Ordering::Acquire);
-            let lo = st.load_lo(Ordering::Acquire);
-            if single && lo == head as u64 {
-                return Err(FreeError::DoubleFree { ptr: head });
+        let mut n = self.node.lock();
+        let (frozen, prior, inuse) = loop {
+            match self.free_attempt(x, head, tail, cnt, single, true)? {
+                Attempt::Done {
+                    frozen,
+                    prior,
+                    inuse,
+                } => break (frozen, prior, inuse),
+                Attempt::NeedsLock => unreachable!("free_attempt asks for the lock only unlocked"),
+                Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
-            let c = Counters(hi);
-            let Some(inuse) = c.inuse().checked_sub(cnt) else {
-                // More frees than objects out: a double free.
-                return Err(FreeError::DoubleFree { ptr: head });
-            };
-            let frozen = c.frozen();
-            if !frozen && (inuse == 0 || lo == end) && guard.is_none() {
-                guard = Some(self.node.lock());
-                continue;
-            }
-            // SAFETY: `tail` is an object being freed by us.
-            unsafe { self.codec.set(tail, lo) };
-            if D::compare_exchange(
-                st,
-                DoubleWord::new(lo, hi),
-                DoubleWord::new(head as u64, c.next(inuse, frozen).0),
-            )
-            .is_ok()
-            {
-                break (frozen, lo, inuse);
-            }
-            self.stat_here(StatItem::CmpxchgDoubleFail);
         };
         self.stat_here(StatItem::FreeSlowpath);
-        if was_frozen {
+        if frozen {
             self.stat_here(StatItem::FreeRemote);
             return Ok(());
         }
-        if let Some(mut n) = guard {
-            if inuse == 0 && n.nr >= self.min_partial {
-                // SAFETY: under the node lock.
-                if unsafe { n.contains(x) } {
-                    // SAFETY: under the node lock; x is on the list.
-                    unsafe { n.remove(x) };
-                }
-                drop(n);
-                self.discard_slab(x);
-            } else if prior == end {
-                // Was full and unfrozen (on no list): now partial.
-                // SAFETY: under the node lock; x is on no list.
-                unsafe { n.add(x) };
-                self.stat_here(StatItem::FreeAddPartial);
+        if inuse == 0 && n.nr >= self.min_partial {
+            // SAFETY: under the node lock.
+            if unsafe { n.contains(x) } {
+                // SAFETY: under the node lock; x is on the list.
+                unsafe { n.remove(x) };
             }
+            drop(n);
+            self.discard_slab(x);
+        } else if prior == end {
+            // Was full and unfrozen (on no list): now partial.
+            // SAFETY: under the node lock; x is on no list.
+            unsafe { n.add(x) };
+            self.stat_here(StatItem::FreeAddPartial);
         }
         Ok(())
+    }
+
+    /// One try of `__slab_free`'s CAS: the double-free checks, then the
+    /// chain pushed with the counters updated. Unlocked (`locked` false), a
+    /// free that may move an unfrozen slab between lists is not tried but
+    /// answered `NeedsLock`.
+    #[inline(always)]
+    fn free_attempt(
+        &self,
+        x: *mut Slab,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+        single: bool,
+        locked: bool,
+    ) -> Result<Attempt, FreeError> {
+        // SAFETY: `x` is a live slab of this cache (checked by the caller).
+        let st = unsafe { &(*x).state };
+        let hi = st.load_hi(Ordering::Acquire);
+        let lo = st.load_lo(Ordering::Acquire);
+        if single && lo == head as u64 {
+            return Err(FreeError::DoubleFree { ptr: head });
+        }
+        let c = Counters(hi);
+        let Some(inuse) = c.inuse().checked_sub(cnt) else {
+            // More frees than objects out: a double free.
+            return Err(FreeError::DoubleFree { ptr: head });
+        };
+        let frozen = c.frozen();
+        if !locked && !frozen && (inuse == 0 || lo == end_token(x as usize)) {
+            return Ok(Attempt::NeedsLock);
+        }
+        // SAFETY: `tail` is an object being freed by us.
+        unsafe { self.codec.set(tail, lo) };
+        if D::compare_exchange(
+            st,
+            DoubleWord::new(lo, hi),
+            DoubleWord::new(head as u64, c.next(inuse, frozen).0),
+        )
+        .is_ok()
+        {
+            return Ok(Attempt::Done {
+                frozen,
+                prior: lo,
+                inuse,
+            });
+        }
+        Ok(Attempt::Retry)
     }
 
     /// `get_freelist` for a slab this CPU holds frozen: takes its whole

@@ -149,7 +149,8 @@ pub use cache::{CacheConfig, CacheFlags, KmemCache, Prefilled};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
-    KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index,
+    KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, KmemBuckets, NR_KMALLOC_CLASSES,
+    NR_RANDOM_COPIES, RandomKmalloc, kmalloc_index,
 };
 pub use page_source::{FramePages, PageSource};
 pub use stats::SlabInfo;

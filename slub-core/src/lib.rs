@@ -51,6 +51,9 @@
 //!   [`shrink`](KmemCache::shrink), [`destroy`](KmemCache::destroy).
 //! * [`Kmalloc`]: size classes 8, 16, …, 16384 from slabs, larger sizes from
 //!   the platform's frames; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
+//!   Against heap spraying: [`Kmalloc::buckets`] (`kmem_buckets_create`, a
+//!   subsystem's own set of classes) and [`RandomKmalloc`]
+//!   (`CONFIG_RANDOM_KMALLOC_CACHES`, 16 copies picked by caller).
 //! * Two fronts, chosen per cache ([`CacheFlags::SHEAVES`]):
 //!   the lockless tid path (`tid.rs`) and sheaves + barn (`sheaves.rs`,
 //!   `barn.rs`).

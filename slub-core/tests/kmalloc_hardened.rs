@@ -17,8 +17,8 @@ use std::ptr::NonNull;
 type P<'a> = HostedPlatform<&'a ArenaPages<'a>, ThreadCpus>;
 
 const FRONTS: [CacheFlags; 2] = [CacheFlags::empty(), CacheFlags::SHEAVES];
-/// Object sizes tried: small, middle, page-sized classes.
-const SIZES: [usize; 3] = [24, 256, 4096];
+/// Object sizes tried: small, middle, page-sized classes (one under Miri).
+const SIZES: &[usize] = if cfg!(miri) { &[256] } else { &[24, 256, 4096] };
 /// Enough for a few hundred caches' per-CPU arrays and the slabs below.
 const ARENA: u64 = 24 << 20;
 
@@ -60,7 +60,7 @@ fn two_callers_never_share_a_slab() {
             RandomKmalloc::new(&pages, ThreadCpus, flags, 0x5eed_0019).unwrap();
         let a = 0xffff_ffff_8100_1234usize;
         let b = other_caller(&km, a);
-        for size in SIZES {
+        for &size in SIZES {
             let i = kmalloc_index(size, 8).unwrap();
             let ca = &km.copy_caches()[km.copy_index(a) * NR_KMALLOC_CLASSES + i];
             let n = count(ca);
@@ -99,6 +99,10 @@ fn two_callers_never_share_a_slab() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
+)]
 fn call_sites_by_location() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
@@ -129,6 +133,10 @@ fn call_sites_by_location() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
+)]
 fn the_hash_uses_every_copy_and_depends_on_the_seed() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
@@ -149,6 +157,10 @@ fn the_hash_uses_every_copy_and_depends_on_the_seed() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
+)]
 fn large_sizes_and_plain_kmalloc_keys() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
@@ -181,7 +193,7 @@ fn bucket_sets_never_share_a_slab_with_kmalloc() {
         let mut xattr = km.buckets("xattr").unwrap();
         assert_eq!(msg.name(), "msg_msg");
         assert_eq!(msg.caches()[2].flags(), flags);
-        for size in SIZES {
+        for &size in SIZES {
             let i = kmalloc_index(size, 8).unwrap();
             let n = count(&km.caches()[i]);
             let slab_bytes = km.caches()[i].slab_bytes();
@@ -251,4 +263,13 @@ fn mismatched_frees_are_refused_under_debug() {
         // SAFETY: the right key now.
         unsafe { rk.free_caller(p, l(96), a) }.unwrap();
     }
+}
+
+/// Both are shared between CPUs as `Kmalloc` is.
+#[allow(dead_code)]
+fn shareable() {
+    fn check<T: Send + Sync>() {}
+    check::<RandomKmalloc<P<'static>>>();
+    check::<slub_core::KmemBuckets<P<'static>>>();
+    check::<Kmalloc<P<'static>>>();
 }

@@ -2,24 +2,7 @@
 //! copies of every size class, the copy chosen per call by a keyed hash of
 //! the caller's address, so that objects allocated at different call sites
 //! rarely share a slab (heap spraying from one site cannot place its objects
-//! next to another site's).
-//!
-//! Linux picks the copy with `hash_64(caller ^ seed)`; here the key is a
-//! per-boot odd multiplier and the copy is the top four bits of
-//! `caller * key` (multiply-shift, a universal family: without the key an
-//! attacker cannot tell which call sites share a copy). `kfree` in Linux
-//! finds the cache from `struct page`; [`Kmalloc::free`]'s layout-based free
-//! has no such read, so an object of a copy is freed with
-//! [`RandomKmalloc::free_caller`] and the *same* caller key that allocated
-//! it (under `debug`, a different key is refused: the object's slab belongs
-//! to another cache).
-//!
-//! It is a type of its own (Linux: a build-time option), so the plain
-//! [`Kmalloc`] pays nothing: [`Kmalloc::alloc_caller`] ignores the key and is
-//! exactly `kmalloc`. The cost of the copies: sixteen times the caches (each
-//! with its per-CPU arrays and partial slabs), and per `alloc_caller` /
-//! `free_caller` four instructions (load the key, multiply, shift, load the
-//! copy's address; see BENCHMARKS.md).
+//! next to another site's). The design and its cost: [`RandomKmalloc`].
 
 use super::{KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index};
 use crate::cache::{CacheFlags, KmemCache};
@@ -56,7 +39,22 @@ const NAMES: [[&str; NR_KMALLOC_CLASSES]; NR_RANDOM_COPIES] =
     copy_names!("00" "01" "02" "03" "04" "05" "06" "07" "08" "09" "10" "11" "12" "13" "14" "15");
 
 /// The kmalloc caches plus [`NR_RANDOM_COPIES`] copies of every size class,
-/// chosen by caller (see the [module](self) notes).
+/// chosen by caller.
+///
+/// Linux picks the copy with `hash_64(caller ^ seed)`; here the key is a
+/// per-boot odd multiplier and the copy is the top four bits of
+/// `caller * key` (multiply-shift, a universal family: without the key one
+/// cannot tell which call sites share a copy). Linux's `kfree` finds the
+/// cache from `struct page`; the layout-based [`Kmalloc::free`] reads no
+/// slab header, so an object of a copy is freed with
+/// [`free_caller`](Self::free_caller) and the *same* caller key that
+/// allocated it (under `debug`, another key is refused).
+///
+/// A type of its own (Linux: a build-time option), so the plain [`Kmalloc`]
+/// pays nothing. The cost of the copies: sixteen times the caches (each
+/// with its per-CPU arrays and partial slabs), and per call about six
+/// instructions (load the key, multiply, shift, load the copy; +12 to +18
+/// per alloc/free pair, BENCHMARKS.md).
 ///
 /// Plain [`alloc`](Self::alloc) / [`free`](Self::free) (no caller) use the
 /// general caches, as [`Kmalloc`] does.

@@ -4,17 +4,24 @@
 //! destroy leaves nothing. Both fronts.
 #![cfg(not(kmm_loom))]
 
-use arch_api::PhysArena;
+use arch_api::{HostedCpus, PhysArena};
 use core::alloc::Layout;
 use slub_core::testing::HostedPlatform;
 use slub_core::{
     ArenaPages, CacheFlags, Kmalloc, KmemCache, NR_KMALLOC_CLASSES, NR_RANDOM_COPIES,
-    RandomKmalloc, ThreadCpus, kmalloc_index,
+    RandomKmalloc, kmalloc_index,
 };
 use std::collections::HashSet;
 use std::ptr::NonNull;
 
-type P<'a> = HostedPlatform<&'a ArenaPages<'a>, ThreadCpus>;
+/// Four declared CPUs (this thread is CPU 0): per-CPU arrays of 4 lines
+/// rather than `&cpus`'s 128, in each of the 204 caches of a
+/// `RandomKmalloc` (Miri's time).
+type P<'a> = HostedPlatform<&'a ArenaPages<'a>, &'a HostedCpus>;
+
+fn cpus() -> HostedCpus {
+    HostedCpus::new(4)
+}
 
 const FRONTS: [CacheFlags; 2] = [CacheFlags::empty(), CacheFlags::SHEAVES];
 /// Object sizes tried: small, middle, page-sized classes (one under Miri).
@@ -56,8 +63,9 @@ fn two_callers_never_share_a_slab() {
     for flags in FRONTS {
         let arena = PhysArena::new(ARENA, 4096).unwrap();
         let pages = ArenaPages::new(&arena);
+        let cpus = cpus();
         let mut km: RandomKmalloc<P> =
-            RandomKmalloc::new(&pages, ThreadCpus, flags, 0x5eed_0019).unwrap();
+            RandomKmalloc::new(&pages, &cpus, flags, 0x5eed_0019).unwrap();
         let a = 0xffff_ffff_8100_1234usize;
         let b = other_caller(&km, a);
         for &size in SIZES {
@@ -106,11 +114,12 @@ fn two_callers_never_share_a_slab() {
 fn call_sites_by_location() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
+    let cpus = cpus();
     // Two lines of code: under some seeds they share a copy (1 in 16);
     // take the first seed that separates them.
     for seed in 0.. {
         let mut km: RandomKmalloc<P> =
-            RandomKmalloc::new(&pages, ThreadCpus, CacheFlags::empty(), seed).unwrap();
+            RandomKmalloc::new(&pages, &cpus, CacheFlags::empty(), seed).unwrap();
         let (p, site_a) = km.alloc_here(l(64)).unwrap();
         let (q, site_b) = km.alloc_here(l(64)).unwrap();
         assert_ne!(site_a, site_b);
@@ -140,10 +149,9 @@ fn call_sites_by_location() {
 fn the_hash_uses_every_copy_and_depends_on_the_seed() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
-    let k1: RandomKmalloc<P> =
-        RandomKmalloc::new(&pages, ThreadCpus, CacheFlags::empty(), 1).unwrap();
-    let k2: RandomKmalloc<P> =
-        RandomKmalloc::new(&pages, ThreadCpus, CacheFlags::empty(), 2).unwrap();
+    let cpus = cpus();
+    let k1: RandomKmalloc<P> = RandomKmalloc::new(&pages, &cpus, CacheFlags::empty(), 1).unwrap();
+    let k2: RandomKmalloc<P> = RandomKmalloc::new(&pages, &cpus, CacheFlags::empty(), 2).unwrap();
     // Return addresses: a few bytes apart, as call sites are.
     let callers: Vec<usize> = (0..512).map(|i| 0x40_1000 + 13 * i).collect();
     let used: HashSet<usize> = callers.iter().map(|&c| k1.copy_index(c)).collect();
@@ -164,8 +172,9 @@ fn the_hash_uses_every_copy_and_depends_on_the_seed() {
 fn large_sizes_and_plain_kmalloc_keys() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
+    let cpus = cpus();
     let mut km: RandomKmalloc<P> =
-        RandomKmalloc::new(&pages, ThreadCpus, CacheFlags::SHEAVES, 7).unwrap();
+        RandomKmalloc::new(&pages, &cpus, CacheFlags::SHEAVES, 7).unwrap();
     let p = km.alloc_caller(l(40_000), 0x1234).unwrap();
     assert!(km.general().large_bytes() >= 40_000);
     // SAFETY: allocated above.
@@ -173,7 +182,7 @@ fn large_sizes_and_plain_kmalloc_keys() {
     assert_eq!(km.general().large_bytes(), 0);
     km.destroy().unwrap();
     // The plain kmalloc takes a key and ignores it.
-    let mut plain: Kmalloc<P> = Kmalloc::new(&pages, ThreadCpus, CacheFlags::empty()).unwrap();
+    let mut plain: Kmalloc<P> = Kmalloc::new(&pages, &cpus, CacheFlags::empty()).unwrap();
     let p = plain.alloc_caller(l(100), 1).unwrap();
     assert_eq!(plain.caches()[4].nr_slabs(), 1);
     // SAFETY: allocated above.
@@ -188,7 +197,8 @@ fn bucket_sets_never_share_a_slab_with_kmalloc() {
     for flags in FRONTS {
         let arena = PhysArena::new(ARENA, 4096).unwrap();
         let pages = ArenaPages::new(&arena);
-        let mut km: Kmalloc<P> = Kmalloc::new(&pages, ThreadCpus, flags).unwrap();
+        let cpus = cpus();
+        let mut km: Kmalloc<P> = Kmalloc::new(&pages, &cpus, flags).unwrap();
         let mut msg = km.buckets("msg_msg").unwrap();
         let mut xattr = km.buckets("xattr").unwrap();
         assert_eq!(msg.name(), "msg_msg");
@@ -242,7 +252,8 @@ fn mismatched_frees_are_refused_under_debug() {
     for flags in FRONTS {
         let arena = PhysArena::new(ARENA, 4096).unwrap();
         let pages = ArenaPages::new(&arena);
-        let km: Kmalloc<P> = Kmalloc::new(&pages, ThreadCpus, flags).unwrap();
+        let cpus = cpus();
+        let km: Kmalloc<P> = Kmalloc::new(&pages, &cpus, flags).unwrap();
         let msg = km.buckets("msg_msg").unwrap();
         let p = msg.alloc(l(96)).unwrap();
         // SAFETY: refused before the object is touched.
@@ -251,7 +262,7 @@ fn mismatched_frees_are_refused_under_debug() {
         // SAFETY: the right set now.
         unsafe { msg.free(p, l(96)) }.unwrap();
 
-        let rk: RandomKmalloc<P> = RandomKmalloc::new(&pages, ThreadCpus, flags, 3).unwrap();
+        let rk: RandomKmalloc<P> = RandomKmalloc::new(&pages, &cpus, flags, 3).unwrap();
         let a = 0x8000_0000usize;
         let b = other_caller(&rk, a);
         let p = rk.alloc_caller(l(96), a).unwrap();

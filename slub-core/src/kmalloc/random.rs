@@ -60,15 +60,16 @@ const NAMES: [[&str; NR_KMALLOC_CLASSES]; NR_RANDOM_COPIES] =
 /// general caches, as [`Kmalloc`] does.
 ///
 /// ```
-/// # use arch_api::PhysArena;
+/// # use arch_api::{HostedCpus, PhysArena};
 /// # use core::alloc::Layout;
-/// # use slub_core::{ArenaPages, CacheFlags, RandomKmalloc, ThreadCpus};
+/// # use slub_core::{ArenaPages, CacheFlags, RandomKmalloc};
 /// # use slub_core::testing::HostedPlatform;
-/// # let arena = PhysArena::new(32 << 20, 4096).unwrap();
+/// # let arena = PhysArena::new(8 << 20, 4096).unwrap();
 /// let pages = ArenaPages::new(&arena);
+/// let cpus = HostedCpus::new(2);
 /// // The seed comes from the OS's boot-time entropy.
-/// let km: RandomKmalloc<HostedPlatform<&ArenaPages, ThreadCpus>> =
-///     RandomKmalloc::new(&pages, ThreadCpus, CacheFlags::empty(), 0x1234_5678).unwrap();
+/// let km: RandomKmalloc<HostedPlatform<&ArenaPages, &HostedCpus>> =
+///     RandomKmalloc::new(&pages, &cpus, CacheFlags::empty(), 0x1234_5678).unwrap();
 /// let l = Layout::from_size_align(100, 8).unwrap();
 /// let (p, site) = km.alloc_here(l).unwrap(); // this line's address is the key
 /// // SAFETY: allocated above with `l` and `site`.

@@ -107,10 +107,6 @@ fn two_callers_never_share_a_slab() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
-)]
 fn call_sites_by_location() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
@@ -142,10 +138,6 @@ fn call_sites_by_location() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
-)]
 fn the_hash_uses_every_copy_and_depends_on_the_seed() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);
@@ -165,10 +157,6 @@ fn the_hash_uses_every_copy_and_depends_on_the_seed() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "slow under Miri (a RandomKmalloc is 204 caches); two_callers_never_share_a_slab covers the unsafe paths"
-)]
 fn large_sizes_and_plain_kmalloc_keys() {
     let arena = PhysArena::new(ARENA, 4096).unwrap();
     let pages = ArenaPages::new(&arena);

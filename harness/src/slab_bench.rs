@@ -9,7 +9,9 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use slabmalloc::Allocator as _;
 use slub_core::testing::HostedPlatform;
-use slub_core::{CacheFlags, Kmalloc, KmemCache, SystemPages, ThreadCpus, kmalloc_index};
+use slub_core::{
+    CacheFlags, Kmalloc, KmemCache, RandomKmalloc, SystemPages, ThreadCpus, kmalloc_index,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
@@ -90,6 +92,10 @@ pub struct SlabinfoArgs {
     /// Use the sheaves front.
     #[arg(long)]
     pub sheaves: bool,
+    /// Also show a dedicated bucket set (`kmem_buckets_create`) and the
+    /// random kmalloc copies (`CONFIG_RANDOM_KMALLOC_CACHES`) in use.
+    #[arg(long)]
+    pub hardened: bool,
 }
 
 /// One allocator behind a uniform, thread-safe-where-possible face.
@@ -106,7 +112,14 @@ trait Bench: Sync {
         let _ = l;
         None
     }
+    /// The slub-core kmalloc (randomised kmalloc rows), if this is slub-core.
+    fn kmalloc(&self) -> Option<&SlubKmalloc> {
+        None
+    }
 }
+
+type SlubKmalloc = Kmalloc<HostedPlatform<&'static SystemPages, ThreadCpus>>;
+type SlubRandom = RandomKmalloc<HostedPlatform<&'static SystemPages, ThreadCpus>>;
 
 type SlubCache = KmemCache<HostedPlatform<&'static SystemPages, ThreadCpus>>;
 
@@ -128,6 +141,9 @@ impl Bench for Slub {
     }
     fn cache(&self, l: Layout) -> Option<&SlubCache> {
         kmalloc_index(l.size(), l.align()).map(|i| &self.0.caches()[i])
+    }
+    fn kmalloc(&self) -> Option<&SlubKmalloc> {
+        Some(&self.0)
     }
 }
 
@@ -425,6 +441,38 @@ fn cache_pairs(c: &SlubCache, loops: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / loops as f64
 }
 
+/// Plain `kmalloc` / `kfree` pairs, called directly (no `dyn`): the
+/// baseline of [`kmalloc_rnd_pairs`]; ns per pair.
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn kmalloc_pairs(km: &SlubKmalloc, l: Layout, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let p = km.alloc(l).unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above, freed once.
+        if unsafe { km.free(std::hint::black_box(p), l) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
+/// The same pairs with the random kmalloc copies: the copy chosen by the
+/// call site (`alloc_here`, a `Location` key) and freed with that key.
+// Not inlined: callgrind's --toggle-collect names it.
+#[inline(never)]
+fn kmalloc_rnd_pairs(km: &SlubRandom, l: Layout, loops: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..loops {
+        let (p, site) = km.alloc_here(l).unwrap_or_else(|_| std::process::abort());
+        // SAFETY: allocated just above with `site`, freed once.
+        if unsafe { km.free_caller(std::hint::black_box(p), l, site) }.is_err() {
+            std::process::abort();
+        }
+    }
+    t.elapsed().as_nanos() as f64 / loops as f64
+}
+
 /// One thread allocates batches of `n`, `threads` others free them.
 fn remote_free(b: &dyn Bench, l: Layout, n: usize, loops: usize, threads: usize) -> f64 {
     let batches = (loops / n).max(threads);
@@ -551,10 +599,27 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
                 }
                 (Some(median(no)), Some(median(fa)))
             });
+        // kmalloc pairs with the random copies against without, same
+        // front, same run.
+        let (rnd, plain) = b.kmalloc().map_or((None, None), |km| {
+            let flags = km.caches()[0].flags();
+            let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
+            let rk = SlubRandom::new(pages, ThreadCpus, flags, cycles()).unwrap();
+            kmalloc_pairs(km, l, 1024);
+            kmalloc_rnd_pairs(&rk, l, 1024);
+            let mut on = vec![];
+            let mut off = vec![];
+            for _ in 0..REPEAT {
+                on.push(kmalloc_rnd_pairs(&rk, l, loops));
+                off.push(kmalloc_pairs(km, l, loops));
+            }
+            (Some(median(on)), Some(median(off)))
+        });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
             "remote_free_ns": rf, "bulk64_ns": bulk, "single64_ns": single,
             "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
-            "nolock_pair_ns": nolock, "cache_pair_ns": fast});
+            "nolock_pair_ns": nolock, "cache_pair_ns": fast,
+            "kmalloc_rnd_pair_ns": rnd, "kmalloc_pair_ns": plain});
         if rf.is_none() {
             r["note"] = json!("single-threaded allocator (&mut self): no remote free");
         }
@@ -567,7 +632,7 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             "two_cmpxchg16b_reread_ns": reread}});
     emit(common, v.clone(), || {
         println!(
-            "{:<11} {:>18} {:>14} {:>16} {:>10} {:>11} {:>15} {:>14}",
+            "{:<11} {:>18} {:>14} {:>16} {:>10} {:>11} {:>15} {:>14} {:>16} {:>20}",
             "allocator",
             "fastpath_reuse_ns",
             "n_pattern_ns",
@@ -575,12 +640,14 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             "bulk64_ns",
             "single64_ns",
             "nolock_pair_ns",
-            "cache_pair_ns"
+            "cache_pair_ns",
+            "kmalloc_pair_ns",
+            "kmalloc_rnd_pair_ns"
         );
         let opt = |x: &Value| x.as_f64().map_or("n/a".into(), |x| format!("{x:.2}"));
         for r in v["results"].as_array().unwrap() {
             println!(
-                "{:<11} {:>18.2} {:>14.2} {:>16} {:>10} {:>11} {:>15} {:>14}",
+                "{:<11} {:>18.2} {:>14.2} {:>16} {:>10} {:>11} {:>15} {:>14} {:>16} {:>20}",
                 r["allocator"].as_str().unwrap(),
                 r["fastpath_reuse_ns"].as_f64().unwrap(),
                 r["n_pattern_ns"].as_f64().unwrap(),
@@ -588,7 +655,9 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
                 opt(&r["bulk64_ns"]),
                 opt(&r["single64_ns"]),
                 opt(&r["nolock_pair_ns"]),
-                opt(&r["cache_pair_ns"])
+                opt(&r["cache_pair_ns"]),
+                opt(&r["kmalloc_pair_ns"]),
+                opt(&r["kmalloc_rnd_pair_ns"])
             );
         }
         println!(
@@ -619,7 +688,25 @@ pub fn slabinfo(common: &Common, a: &SlabinfoArgs) -> i32 {
             unsafe { km.free(p, l) }.unwrap();
         }
     }
-    let infos: Vec<_> = km.caches().iter().rev().map(|c| c.slabinfo()).collect();
+    let mut infos: Vec<_> = km.caches().iter().rev().map(|c| c.slabinfo()).collect();
+    // A bucket set and the random copies, each fed by a few keys; the
+    // caches holding slabs are listed after the general ones.
+    let buckets = km.buckets("harness-buckets").unwrap();
+    let rk: RandomKmalloc<HostedPlatform<&SystemPages, ThreadCpus>> =
+        RandomKmalloc::new(pages, ThreadCpus, flags, cycles()).unwrap();
+    let mut held_b = Vec::new();
+    let mut held_r = Vec::new();
+    if a.hardened {
+        for i in 0..600usize {
+            let l = Layout::from_size_align(64 << (i % 3), 8).unwrap();
+            held_b.push((buckets.alloc(l).unwrap(), l));
+            let key = 0x40_1000 + 40 * (i % 4);
+            held_r.push((rk.alloc_caller(l, key).unwrap(), l, key));
+        }
+        let used = |c: &&SlubCache| c.nr_slabs() > 0;
+        infos.extend(buckets.caches().iter().filter(used).map(|c| c.slabinfo()));
+        infos.extend(rk.copy_caches().iter().filter(used).map(|c| c.slabinfo()));
+    }
     let v = json!({"slabinfo": infos.iter().map(|i| json!({"name": i.name, "active_objs": i.active_objs,
         "num_objs": i.num_objs, "objsize": i.objsize, "objperslab": i.objperslab,
         "pagesperslab": i.pagesperslab, "active_slabs": i.active_slabs, "num_slabs": i.num_slabs})).collect::<Vec<_>>()});
@@ -632,6 +719,14 @@ pub fn slabinfo(common: &Common, a: &SlabinfoArgs) -> i32 {
     for (p, l) in held {
         // SAFETY: allocated above, freed once.
         unsafe { km.free(p, l) }.unwrap();
+    }
+    for (p, l) in held_b {
+        // SAFETY: allocated above from `buckets`, freed once.
+        unsafe { buckets.free(p, l) }.unwrap();
+    }
+    for (p, l, key) in held_r {
+        // SAFETY: allocated above with `key`, freed once.
+        unsafe { rk.free_caller(p, l, key) }.unwrap();
     }
     code
 }

@@ -12,8 +12,13 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+mod buckets;
 mod krealloc;
 mod nolock;
+mod random;
+
+pub use buckets::KmemBuckets;
+pub use random::{NR_RANDOM_COPIES, RandomKmalloc};
 
 /// Smallest class.
 pub const KMALLOC_MIN_SIZE: usize = 8;
@@ -73,10 +78,20 @@ where
     /// Each cache holds a copy of the handles `mem` and `cpus` (a reference
     /// or a zero-sized type, as a platform's handles are).
     pub fn new(mem: K::Mem, cpus: K::Cpu, flags: CacheFlags) -> Result<Self, CacheError> {
+        Self::with_names(NAMES, mem, cpus, flags)
+    }
+
+    /// As [`new`](Self::new), the caches named `names` (bucket sets).
+    fn with_names(
+        names: [&'static str; NR_KMALLOC_CLASSES],
+        mem: K::Mem,
+        cpus: K::Cpu,
+        flags: CacheFlags,
+    ) -> Result<Self, CacheError> {
         let made: [Result<KmemCache<K>, CacheError>; NR_KMALLOC_CLASSES] =
             core::array::from_fn(|i| {
                 let size = KMALLOC_MIN_SIZE << i;
-                KmemCache::new(NAMES[i], size, size, flags, mem.clone(), cpus.clone())
+                KmemCache::new(names[i], size, size, flags, mem.clone(), cpus.clone())
             });
         if let Some(Err(e)) = made.iter().find(|r| r.is_err()) {
             return Err(*e);
@@ -150,6 +165,32 @@ impl<K: Platform> Kmalloc<K> {
             .ok_or(AllocError::OutOfMemory)?;
         self.large_bytes.fetch_add(size, Ordering::Relaxed);
         Ok(p)
+    }
+
+    /// `kmalloc` with a caller key, for code written against both this and
+    /// [`RandomKmalloc`]: without the random copies the key is ignored and
+    /// this is [`alloc`](Self::alloc), instruction for instruction.
+    #[inline(always)]
+    pub fn alloc_caller(&self, layout: Layout, caller: usize) -> Result<NonNull<u8>, AllocError> {
+        let _ = caller;
+        self.alloc(layout)
+    }
+
+    /// [`free`](Self::free), the key ignored (see
+    /// [`alloc_caller`](Self::alloc_caller)).
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
+    #[inline(always)]
+    pub unsafe fn free_caller(
+        &self,
+        ptr: NonNull<u8>,
+        layout: Layout,
+        caller: usize,
+    ) -> Result<(), FreeError> {
+        let _ = caller;
+        // SAFETY: the caller's contract.
+        unsafe { self.free(ptr, layout) }
     }
 
     /// `kfree`, given the layout it was allocated with.

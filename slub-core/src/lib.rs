@@ -53,6 +53,9 @@
 //!   [`shrink`](KmemCache::shrink), [`destroy`](KmemCache::destroy).
 //! * [`Kmalloc`]: size classes 8, 16, …, 16384 from slabs, larger sizes from
 //!   the platform's frames; [`SlubGlobalAlloc`] makes it a `#[global_allocator]`.
+//!   Against heap spraying: [`Kmalloc::buckets`] (`kmem_buckets_create`, a
+//!   subsystem's own set of classes) and [`RandomKmalloc`]
+//!   (`CONFIG_RANDOM_KMALLOC_CACHES`, 16 copies picked by caller).
 //! * Two fronts, chosen per cache ([`CacheFlags::SHEAVES`]):
 //!   the lockless tid path (`tid.rs`) and sheaves + barn (`sheaves.rs`,
 //!   `barn.rs`).
@@ -153,7 +156,8 @@ pub use deferred::{GracePeriod, MAX_PENDING};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
-    KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index,
+    KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, KmemBuckets, NR_KMALLOC_CLASSES,
+    NR_RANDOM_COPIES, RandomKmalloc, kmalloc_index,
 };
 pub use page_source::{FramePages, PageSource};
 pub use stats::SlabInfo;

@@ -1,6 +1,6 @@
 //! `cargo +nightly fuzz run ops` (from slub-core/): sequences of alloc /
-//! free / alloc_bulk / free_bulk / alloc_nolock / free_nolock (also with the
-//! node lock held, so frees are deferred) / shrink / CPU migration over five
+//! free / alloc_bulk / free_bulk / prefill / alloc_nolock / free_nolock (also
+//! with the node lock held, so frees are deferred) / shrink / CPU migration over five
 //! `KmemCache`s of different sizes, alignments, fronts and tunables, and
 //! kmalloc / kfree / krealloc / kmalloc_nolock over a `Kmalloc`, all through
 //! the checked API under `debug`. Every object handed out must be aligned,
@@ -16,9 +16,7 @@ use arch_api::{HostedCpus, PhysArena, PhysMap};
 use core::alloc::Layout;
 use libfuzzer_sys::fuzz_target;
 use slub_core::testing::HostedPlatform;
-use slub_core::{
-    AllocError, ArenaPages, CacheConfig, CacheFlags, FreeError, KmemCache, Kmalloc,
-};
+use slub_core::{AllocError, ArenaPages, CacheConfig, CacheFlags, FreeError, Kmalloc, KmemCache};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
 
@@ -78,19 +76,34 @@ struct Model {
 impl Model {
     fn add(&mut self, p: NonNull<u8>, cache: usize, len: usize, layout: Layout) {
         let a = p.as_ptr() as usize;
-        assert!(a % layout.align() == 0, "{a:#x} aligned to {}", layout.align());
+        assert!(
+            a % layout.align() == 0,
+            "{a:#x} aligned to {}",
+            layout.align()
+        );
         assert!(a >= self.lo && a + len <= self.hi, "{a:#x} in the arena");
         if let Some((&b, o)) = self.live.range(..=a).next_back() {
             assert!(b + o.len.max(1) <= a, "{a:#x} overlaps live {b:#x} {o:?}");
         }
         if let Some((&b, o)) = self.live.range(a..).next() {
-            assert!(a + len.max(1) <= b, "{a:#x}+{len} overlaps live {b:#x} {o:?}");
+            assert!(
+                a + len.max(1) <= b,
+                "{a:#x}+{len} overlaps live {b:#x} {o:?}"
+            );
         }
         self.seq += 1;
         let fill = fill_for(self.seq);
         // SAFETY: a fresh object of at least `len` bytes.
         unsafe { p.as_ptr().write_bytes(fill, len) };
-        self.live.insert(a, Obj { cache, len, layout, fill });
+        self.live.insert(
+            a,
+            Obj {
+                cache,
+                len,
+                layout,
+                fill,
+            },
+        );
         self.freed.retain(|&(_, f)| f != a);
     }
 
@@ -143,7 +156,15 @@ fn check(a: usize, o: &Obj) {
 fn caches<'a>(pages: &'a ArenaPages<'a>, cpus: &'a HostedCpus, flip: u8) -> Vec<KmemCache<K<'a>>> {
     let d = CacheConfig::default();
     let specs: [(usize, usize, CacheFlags, CacheConfig); 5] = [
-        (24, 8, CacheFlags::empty(), CacheConfig { min_partial: 1, ..d }),
+        (
+            24,
+            8,
+            CacheFlags::empty(),
+            CacheConfig {
+                min_partial: 1,
+                ..d
+            },
+        ),
         (
             200,
             8,
@@ -421,7 +442,12 @@ fn run(b: &mut Bytes<'_>) {
                 let p = NonNull::new(host.as_ptr() as *mut u8).unwrap();
                 // SAFETY: as above: checked before use under `debug`.
                 let r = unsafe { cache.free(p) };
-                assert_eq!(r, Err(FreeError::ForeignPointer { ptr: p.as_ptr() as usize }));
+                assert_eq!(
+                    r,
+                    Err(FreeError::ForeignPointer {
+                        ptr: p.as_ptr() as usize
+                    })
+                );
                 // SAFETY: as above.
                 let r = unsafe { cache.free_nolock(p) };
                 assert!(r.is_err(), "free_nolock of a foreign pointer: {r:?}");
@@ -436,8 +462,8 @@ fn run(b: &mut Bytes<'_>) {
                     continue;
                 };
                 let class = if o.cache == KMALLOC {
-                    &km.caches()[slub_core::kmalloc_index(o.layout.size(), o.layout.align())
-                        .unwrap()]
+                    &km.caches()
+                        [slub_core::kmalloc_index(o.layout.size(), o.layout.align()).unwrap()]
                 } else {
                     &cs[o.cache]
                 };
@@ -471,6 +497,36 @@ fn run(b: &mut Bytes<'_>) {
                 // SAFETY: as above.
                 unsafe { at.write(old) };
                 check(a, &o);
+            }
+            30 => {
+                // A prefilled reservation: `n` objects ahead, `k` drawn
+                // (each cannot fail), a refill, the rest given back.
+                let n = usize::from(b.u8() % 40);
+                let k = usize::from(b.u8());
+                let more = usize::from(b.u8() % 8);
+                let mut r = match cache.prefill(n) {
+                    Ok(r) => r,
+                    Err(AllocError::OutOfMemory) => continue,
+                    Err(e) => panic!("prefill {n}: {e}"),
+                };
+                assert_eq!(r.len(), n);
+                for _ in 0..k % (n + 1) {
+                    let p = r.alloc().expect("a prefilled object");
+                    m.add(p, c, cache.object_size(), lay(cache));
+                }
+                let want = r.len() + more;
+                match r.refill(want) {
+                    Ok(()) => assert_eq!(r.len(), want, "refilled"),
+                    Err(AllocError::OutOfMemory) => {}
+                    Err(AllocError::BadLayout) if want > r.capacity() => {}
+                    Err(e) => panic!("refill {want} of {}: {e}", r.capacity()),
+                }
+                if k & 1 != 0 {
+                    while let Some(p) = r.alloc() {
+                        m.add(p, c, cache.object_size(), lay(cache));
+                    }
+                }
+                r.give_back().unwrap();
             }
             _ => {
                 // Every live object intact.

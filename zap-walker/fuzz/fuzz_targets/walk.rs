@@ -318,7 +318,12 @@ fn run<L: PageTableLayout>(b: &mut Bytes<'_>) {
         zap(&mut w, &t, &mut g, &mut m, win, 5, 0);
     }
     assert!(m.is_empty(), "every mapped page was in a window");
-    assert_eq!(w.tables_below_root(), 0, "{}: no table page leaked", L::NAME);
+    assert_eq!(
+        w.tables_below_root(),
+        0,
+        "{}: no table page leaked",
+        L::NAME
+    );
     assert_eq!(
         t.arena.bytes_in_use(),
         w.pagetable_bytes(),

@@ -24,6 +24,8 @@ pub struct Needs {
     pub components: BTreeSet<&'static str>,
     /// A nightly toolchain with `miri` and `rust-src`.
     pub nightly_miri: bool,
+    /// A nightly toolchain and `cargo-fuzz` (the `fuzz` rows).
+    pub cargo_fuzz: bool,
     /// `qemu-aarch64`, `aarch64-linux-gnu-gcc` and the aarch64 libc.
     pub cross: bool,
     /// The MSRV toolchain (`steps::MSRV_TOOLCHAIN`, minimal profile).
@@ -42,6 +44,9 @@ impl Needs {
         }
         if self.nightly_miri {
             parts.push("nightly with miri, rust-src".to_string());
+        }
+        if self.cargo_fuzz {
+            parts.push("nightly with cargo-fuzz".to_string());
         }
         if self.cross {
             parts.push("qemu-aarch64, aarch64-linux-gnu-gcc".to_string());
@@ -73,6 +78,9 @@ pub fn run(root: &Path, needs: &Needs, sink: Sink) -> Result<(), String> {
     }
     if needs.nightly_miri {
         problems.extend(setup.nightly_miri().err());
+    }
+    if needs.cargo_fuzz {
+        problems.extend(setup.cargo_fuzz().err());
     }
     if needs.cross {
         problems.extend(setup.cross().err());
@@ -180,6 +188,27 @@ impl Setup<'_> {
                 "miri,rust-src",
             ]))
         }
+    }
+
+    /// A nightly toolchain (minimal, if there is none) and `cargo-fuzz` from
+    /// crates.io (`cargo install --locked`: about 75 s of building on two
+    /// loaded cores, once; later runs find it on PATH).
+    fn cargo_fuzz(&self) -> Result<(), String> {
+        let toolchains = self.rustup_list(&["toolchain", "list"])?;
+        if !toolchains.iter().any(|t| t.starts_with("nightly")) {
+            self.install(Cmd::new("rustup").args([
+                "toolchain",
+                "install",
+                "nightly",
+                "--profile",
+                "minimal",
+            ]))?;
+        }
+        if let Some(v) = self.capture("cargo", &["fuzz", "--version"]) {
+            eprintln!("    setup: nightly and {} present", v.trim());
+            return Ok(());
+        }
+        self.install(Cmd::new("cargo").args(["install", "--locked", "cargo-fuzz"]))
     }
 
     fn msrv(&self) -> Result<(), String> {

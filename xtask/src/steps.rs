@@ -57,6 +57,21 @@ pub const MIRI_FLAGS: &[(&str, &str)] = &[(
     "-Zmiri-disable-weak-memory-emulation -Zmiri-ignore-leaks",
 )];
 
+/// The `cargo fuzz` targets: (crate, target). Each crate's `fuzz/` is its own
+/// cargo-fuzz workspace (listed in the root `exclude`); each target runs for
+/// [`FUZZ_SECONDS`] in the `fuzz` rows.
+pub const FUZZ_TARGETS: &[(&str, &str)] = &[
+    ("vmap-core", "differential"),
+    ("zap-walker", "walk"),
+    ("slub-core", "ops"),
+];
+/// Seconds each fuzz target runs in CI (libFuzzer's `-max_total_time`).
+pub const FUZZ_SECONDS: u32 = 60;
+/// libFuzzer options of the CI rows besides the time: inputs of up to 4 KiB
+/// from the start (`-len_control=0`; the targets read operation sequences,
+/// and a minute is too short for libFuzzer's slow growth from 4 bytes).
+const FUZZ_FLAGS: &[&str] = &["-len_control=0", "-max_len=4096"];
+
 /// The crates whose code differs between LSE (`casp`) and `ldxp`/`stxp`: the
 /// DW-CAS users. The `lse` qemu configuration tests only these.
 pub const DWCAS_CRATES: &[&str] = &["arch-api", "arch-aarch64", "arch-ia64-sim", "slub-core"];
@@ -120,6 +135,8 @@ pub enum StepKind {
     Loom,
     /// Miri on the unsafe crates.
     Miri,
+    /// Each `cargo fuzz` target for a bounded time.
+    Fuzz,
     /// rustdoc with warnings denied.
     Doc,
 }
@@ -139,6 +156,7 @@ impl StepKind {
         StepKind::QemuSystem,
         StepKind::Loom,
         StepKind::Miri,
+        StepKind::Fuzz,
         StepKind::Doc,
     ];
 
@@ -157,6 +175,7 @@ impl StepKind {
             StepKind::QemuSystem => "qemu-system",
             StepKind::Loom => "loom",
             StepKind::Miri => "miri",
+            StepKind::Fuzz => "fuzz",
             StepKind::Doc => "doc",
         }
     }
@@ -177,7 +196,8 @@ impl StepKind {
             | StepKind::Msrv
             | StepKind::QemuSystem
             | StepKind::Loom
-            | StepKind::Miri => false,
+            | StepKind::Miri
+            | StepKind::Fuzz => false,
         }
     }
 
@@ -212,6 +232,7 @@ impl StepKind {
                 }
             }
             StepKind::Miri => needs.nightly_miri = true,
+            StepKind::Fuzz => needs.cargo_fuzz = true,
         }
     }
 }
@@ -597,6 +618,29 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         rows.push(step);
     }
 
+    // Each fuzz target for a bounded time, from its crate's cargo-fuzz
+    // workspace (nightly, libFuzzer, AddressSanitizer). The corpus is kept in
+    // `<crate>/fuzz/corpus/<target>` (ignored by git), so a local rerun starts
+    // from what earlier runs found; a crash fails the row and leaves its
+    // input in `<crate>/fuzz/artifacts/<target>/` (turn it into a regression
+    // test in the crate's `tests/`).
+    for (krate, target) in FUZZ_TARGETS {
+        let time = format!("-max_total_time={FUZZ_SECONDS}");
+        let fuzz = Cmd::new("cargo")
+            .args(["+nightly", "fuzz", "run", "--fuzz-dir"])
+            .args([
+                format!("{krate}/fuzz"),
+                target.to_string(),
+                "--".to_string(),
+                time,
+            ])
+            .args(FUZZ_FLAGS.iter().copied())
+            .env("CARGO_TARGET_DIR", "target/xtask/fuzz");
+        let mut step = Step::new(StepKind::Fuzz, "host", "default", Action::Cmd(fuzz));
+        step.detail = Some(format!("{krate}/{target}"));
+        rows.push(step);
+    }
+
     // The workspace's docs (the harness turns `std` on everywhere) ...
     let doc = Cmd::new("cargo")
         .args(["doc", "--workspace", "--no-deps"])
@@ -810,8 +854,39 @@ mod tests {
         let Action::Setup(needs) = &rows[0].action else {
             panic!("setup is the first row")
         };
-        assert!(needs.cross && needs.nightly_miri && needs.msrv);
+        assert!(needs.cross && needs.nightly_miri && needs.msrv && needs.cargo_fuzz);
         assert!(needs.targets.contains(QEMU_TARGET));
         assert_eq!(running(&sel), ["setup/host/-"]);
+    }
+
+    #[test]
+    fn every_fuzz_crate_has_its_rows_and_is_excluded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        for (krate, target) in FUZZ_TARGETS {
+            let dir = root.join(krate).join("fuzz");
+            let fuzz = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+            assert!(
+                fuzz.contains(&format!("name = \"{target}\"")),
+                "{krate}: {target}"
+            );
+            assert!(
+                manifest.contains(&format!("\"{krate}/fuzz\"")),
+                "{krate}/fuzz is in the root `exclude`"
+            );
+        }
+        let sel = Selection {
+            only: [StepKind::Fuzz].into(),
+            ..Selection::default()
+        };
+        let rows: Vec<String> = matrix(root, &sel)
+            .iter()
+            .filter(|s| s.skip.is_none() && s.kind == StepKind::Fuzz)
+            .map(|s| s.command_line())
+            .collect();
+        assert_eq!(rows.len(), FUZZ_TARGETS.len());
+        assert!(
+            rows[0].contains("fuzz run --fuzz-dir vmap-core/fuzz differential -- -max_total_time=")
+        );
     }
 }

@@ -222,9 +222,10 @@ impl BTree {
         let n = get(s, i);
         let len = n.len as usize;
         // Slots below the one holding `vstart` end at or before the next
-        // slot's start, so at or below `vstart`: nothing there.
+        // slot's start, so at or below `vstart`: nothing there. (An empty
+        // root, in a full space, has rank 0: hence the saturation.)
         let first = if fit.vstart > n.lo[0] {
-            n.rank(fit.vstart) - 1
+            n.rank(fit.vstart).saturating_sub(1)
         } else {
             0
         };

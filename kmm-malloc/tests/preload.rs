@@ -102,7 +102,9 @@ fn api() {
         libc::free(v);
         let r = libc::reallocarray(core::ptr::null_mut(), usize::MAX / 2, 4);
         assert!(r.is_null(), "overflow refused");
-        assert!(libc::malloc(usize::MAX - 100).is_null());
+        // `black_box`: a release build may assume a malloc that only meets a
+        // null test succeeded and drop the call.
+        assert!(std::hint::black_box(libc::malloc(usize::MAX - 100)).is_null());
         libc::free(core::ptr::null_mut());
     }
     println!("CHILD-OK");
@@ -155,18 +157,20 @@ fn fork() {
 fn double_free() {
     // SAFETY: deliberately wrong: the library must abort with a message.
     unsafe {
-        let p = libc::malloc(40);
-        libc::free(p);
-        libc::free(p);
+        // `black_box`: LLVM would otherwise drop the malloc / free pair.
+        let p = std::hint::black_box(libc::malloc(40));
+        libc::free(std::hint::black_box(p));
+        libc::free(std::hint::black_box(p));
     }
 }
 
 fn large_double_free() {
     // SAFETY: as above.
     unsafe {
-        let p = libc::malloc(100_000);
-        libc::free(p);
-        libc::free(p);
+        // `black_box`: LLVM would otherwise drop the malloc / free pair.
+        let p = std::hint::black_box(libc::malloc(100_000));
+        libc::free(std::hint::black_box(p));
+        libc::free(std::hint::black_box(p));
     }
 }
 

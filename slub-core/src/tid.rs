@@ -229,7 +229,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
     pub(crate) fn alloc_fast(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
-        let mut cpu = self.fast_cpu(s)?;
+        self.alloc_fast_on(s, self.fast_cpu(s)?)
+    }
+
+    /// [`alloc_fast`](Self::alloc_fast) on CPU `cpu` (the caller's id, from
+    /// whichever source its path may use).
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn alloc_fast_on(&self, s: &Slabs<P, C, D, R>, mut cpu: usize) -> Option<usize> {
         let c = self.cpu_slab(cpu);
         let tid = c.cell.load_hi(Ordering::Acquire);
         let fl = c.cell.load_lo(Ordering::Acquire);

@@ -31,23 +31,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
     pub(crate) fn alloc_nolock_fast(&self, s: &Slabs<P, C, D, R>) -> Option<usize> {
-        let mut cpu = self.nolock_cpu(s)?;
-        let c = self.cpu_slab(cpu);
-        let tid = c.cell.load_hi(Ordering::Acquire);
-        let fl = c.cell.load_lo(Ordering::Acquire);
-        if is_token(fl) {
-            return None;
-        }
-        // SAFETY: `fl` is not a token, so an object of a live slab.
-        let next = unsafe { s.codec().get(fl as usize) };
-        if !s
-            .geo()
-            .is_object(s.geo().base_of(fl as usize), next as usize)
-        {
-            return None;
-        }
-        self.tid_commit(s, &mut cpu, Window::Alloc, fl, tid, next)
-            .then_some(fl as usize)
+        self.alloc_fast_on(s, self.nolock_cpu(s)?)
     }
 
     /// Pops the head of the current CPU's freelist; `Ok(None)` when it is

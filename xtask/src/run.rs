@@ -238,9 +238,14 @@ fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
     };
     row.seconds = start.elapsed().as_secs_f64();
     match result {
-        Ok(()) => row.status = Status::Pass,
+        Ok(()) => {
+            // CI has a wall-clock budget: every row says what it cost, so a log that ends
+            // early (killed at the limit) still tells which rows to trim.
+            eprintln!("{header}: pass in {:.0} s", row.seconds);
+            row.status = Status::Pass;
+        }
         Err(reason) => {
-            eprintln!("{header}: FAILED ({reason})");
+            eprintln!("{header}: FAILED in {:.0} s ({reason})", row.seconds);
             row.status = Status::Fail;
             row.reason = Some(reason);
         }

@@ -5,10 +5,23 @@
 //! and the grace period of a cookie has elapsed once no reader that entered
 //! at or before it is still inside. Readers that enter later belong to a
 //! later epoch and do not hold it up.
+//!
+//! [`wait`](GracePeriod::wait) from inside a read-side section would wait
+//! for itself (Linux: `synchronize_rcu` under `rcu_read_lock` is a bug), so
+//! a thread inside any section is told it cannot wait, and the cache reports
+//! [`FreeError::DeferredBacklog`](crate::FreeError::DeferredBacklog)
+//! instead of hanging.
 
 use crate::GracePeriod;
+use core::marker::PhantomData;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
+
+std::thread_local! {
+    /// Read-side sections this thread is inside (of any grace period).
+    static INSIDE: Cell<usize> = const { Cell::new(0) };
+}
 
 struct State {
     /// The epoch new readers join.
@@ -23,10 +36,13 @@ pub struct EpochGracePeriod {
     left: Condvar,
 }
 
-/// A reader inside a read-side section; leaves when dropped.
+/// A reader inside a read-side section; leaves when dropped, on the thread
+/// that entered (not `Send`: a section belongs to its thread, as
+/// `rcu_read_lock` / `rcu_read_unlock` to one task).
 pub struct ReadGuard<'a> {
     gp: &'a EpochGracePeriod,
     epoch: u64,
+    _thread: PhantomData<*const ()>,
 }
 
 impl Default for EpochGracePeriod {
@@ -52,7 +68,12 @@ impl EpochGracePeriod {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let epoch = s.epoch;
         *s.readers.entry(epoch).or_insert(0) += 1;
-        ReadGuard { gp: self, epoch }
+        INSIDE.with(|n| n.set(n.get() + 1));
+        ReadGuard {
+            gp: self,
+            epoch,
+            _thread: PhantomData,
+        }
     }
 
     /// Readers inside now.
@@ -68,6 +89,7 @@ impl EpochGracePeriod {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
+        INSIDE.with(|n| n.set(n.get() - 1));
         let mut s = self.gp.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = s.readers.get_mut(&self.epoch) {
             *n -= 1;
@@ -97,6 +119,9 @@ impl GracePeriod for EpochGracePeriod {
 
     fn wait(&self, cookie: u64) -> bool {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if INSIDE.with(Cell::get) > 0 && !Self::done(&s, cookie) {
+            return false; // it would wait for this thread's own section
+        }
         while !Self::done(&s, cookie) {
             s = self.left.wait(s).unwrap_or_else(PoisonError::into_inner);
         }

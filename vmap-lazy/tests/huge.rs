@@ -194,6 +194,49 @@ fn huge_saves_the_last_level_tables_of_its_spans() {
     base.vfree(b).unwrap();
 }
 
+/// A window churned by small areas keeps an empty last-level table in
+/// every span (vfree never frees tables); a huge area there still gets its
+/// large leaves: each table gives way (`pmd_free_pte_page`), after a flush.
+#[test]
+#[cfg_attr(miri, ignore = "thousands of small areas: slow under miri")]
+fn tables_left_by_small_areas_give_way_to_large_leaves() {
+    let arena = arena(32 << 20);
+    let src = Src::new(&arena);
+    let mem = VmallocMem::new(&src);
+    let tlb = tlb();
+    let checker = StaleTlbChecker::new(&tlb);
+    let mut v: V =
+        Vmalloc::new(&mem, window(0, 8 * HUGE), tlb.on(0), cpus(), LazyMaxPages).unwrap();
+    v.set_alloc_check(&checker);
+    let mut small = Vec::new();
+    while let Ok(a) = v.vmalloc(PAGE) {
+        v.write_byte(a, 1).unwrap();
+        tlb.touch_range(small.len() % CPUS, a, va(a, 1));
+        small.push(a);
+    }
+    assert!(small.len() as u64 >= 8 * PER / 2 - 1, "{}", small.len());
+    let tables = v.pagetable_bytes();
+    for a in small {
+        v.vfree(a).unwrap();
+    }
+    v.purge_vmap_area_lazy();
+    assert_eq!(v.pagetable_bytes(), tables, "vfree keeps the tables");
+    let a = v.vmalloc_huge(4 * HUGE).unwrap();
+    check_model(&v, a, 4 * PER, 0, 4 * PER);
+    let s = v.stats();
+    assert_eq!((s.huge_leaves, s.huge_fallbacks), (4, 0));
+    assert_eq!(
+        v.pagetable_bytes(),
+        tables - 4 * PAGE,
+        "the four tables under the leaves went back"
+    );
+    assert_eq!(checker.violations(), 0);
+    v.vfree(a).unwrap();
+    v.purge_vmap_area_lazy();
+    v.check_consistency().unwrap();
+    assert_eq!(frames_out(&mem, &v), 0, "nothing leaked");
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "1024 translations: slow under miri")]
 fn without_an_aligned_range_the_head_and_tail_are_base_pages() {

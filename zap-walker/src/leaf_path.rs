@@ -15,7 +15,10 @@
 //! What makes it sound:
 //! * Tables stay: [`Walker::leaf_path`] turns freeing of empty tables off
 //!   for good, so a table reached here stays a table of this tree for the
-//!   walker's life (large-leaf splits only add tables).
+//!   walker's life (large-leaf splits only add tables). The one exception,
+//!   [`Walker::free_empty_table`], frees an empty table only for the owner
+//!   of every address it translates, so no other user of this path can be
+//!   inside it.
 //! * Entries are atomics (as everywhere in the walker), read and written
 //!   with plain loads and stores: each page has one owner, so no other CPU
 //!   writes its entry meanwhile, and a LOCKed compare-exchange or swap per

@@ -49,7 +49,9 @@
 //!   to eight disjoint ranges in one shootdown) and returns the frames with one
 //!   `FrameSource::free_many` call, and
 //!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
-//!   Table pages that become empty are freed, as Linux's `free_pgtables`.
+//!   Table pages that become empty are freed, as Linux's `free_pgtables`;
+//!   [`Walker::free_empty_table`] gives one back on request so a large leaf
+//!   can take its place (Linux's `pmd_free_pte_page`).
 //! * [`LeafPath`] maps, clears and translates base pages inside existing
 //!   last-level tables without the walker's lock (Linux's lockless vmalloc
 //!   PTE writes), declining whatever needs a table.
@@ -72,6 +74,7 @@ extern crate std;
 pub mod budget;
 mod counts;
 mod errors;
+mod free_table;
 mod gather;
 mod gather_chain;
 mod leaf_path;

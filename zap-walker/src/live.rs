@@ -134,6 +134,28 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
         if self.counted(level) {
             self.counts.insert_new(pa, OURS | n);
+        } else if self.tables_pinned {
+            // A last-level table made once tables are pinned keeps no count,
+            // but its record says it is the walker's: only such a table may
+            // give way to a large leaf (`free_table.rs`).
+            self.counts.insert_new(pa, OURS);
+        }
+    }
+
+    /// Whether the table at `pa` of `level` is one the walker allocated and
+    /// may free: recorded as its own, its whole span inside the window.
+    pub(crate) fn is_ours(&self, pa: PhysAddr, level: usize, base: u64) -> bool {
+        let last = base.wrapping_add(L::entry_span(level - 1) - 1);
+        if !self.owns_root && (base < self.window[0] || last > self.window[1]) {
+            return false;
+        }
+        self.counts.get(pa).is_some_and(|v| v & OURS != 0)
+    }
+
+    /// Forgets the record of a table about to be freed.
+    pub(crate) fn forget(&mut self, pa: PhysAddr) {
+        if let Some(i) = self.counts.find(pa) {
+            self.counts.remove_at(i);
         }
     }
 

@@ -37,8 +37,12 @@
 //!
 //! Once a [`LeafPath`](crate::LeafPath) exists, last-level tables keep no
 //! count: the unlocked path maps and clears their entries without touching
-//! anything else, tables are never freed again, and a zap scans the range it
-//! was given. Counts of the tables above, which only the walker links, stay.
+//! anything else, a zap never frees a table again and scans the range it was
+//! given, and the only way a table goes is
+//! [`Walker::free_empty_table`] (for a large leaf, by the owner of its whole
+//! span). A last-level table the walker makes from then on is still recorded
+//! as its own (no count), so that call can tell it from a table other code
+//! linked. Counts of the tables above, which only the walker links, stay.
 //!
 //! # Attaching to a table the kernel already runs on
 //!

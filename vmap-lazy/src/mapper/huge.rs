@@ -15,12 +15,21 @@
 //!
 //! A run comes back either whole, `free(run, span)` (the zap of a large
 //! leaf hands it on as one unit, after the flush), or page by page,
-//! `free(page, PAGE_SIZE)`: when a table already stood where the leaf
-//! would go (kernel tables are never freed, and the walker does not
-//! replace one by a leaf) the run is mapped with base pages and its pages
-//! are freed one by one, as Linux's `split_page` does with every huge
-//! vmalloc run. A source serving huge requests accepts both (`PhysArena`
-//! does).
+//! `free(page, PAGE_SIZE)`: when a table other code linked stands where the
+//! leaf would go (the walker frees only tables it made) the run is mapped
+//! with base pages and its pages are freed one by one, as Linux's
+//! `split_page` does with every huge vmalloc run. A source serving huge
+//! requests accepts both (`PhysArena` does).
+//!
+//! # Tables left by earlier areas
+//!
+//! vmalloc never frees a last-level table on vfree (tables are pinned for
+//! the unlocked leaf path), so a span that once held small areas still has
+//! its empty table. Before a large leaf goes there the table is given back
+//! ([`Walker::free_empty_table`](zap_walker::Walker::free_empty_table),
+//! Linux's `pmd_free_pte_page`): unlinked, one page of the span flushed so
+//! no CPU keeps a cached walk through it, then freed. The new area owns the
+//! whole span, so no other caller can be inside that table.
 
 use super::{DeferredFlush, Mapper};
 use crate::backing::VmallocMem;
@@ -89,7 +98,7 @@ where
         va: VirtAddr,
         pages: u64,
         span: u64,
-        flush: impl FnOnce(u64, u64),
+        flush: impl Fn(u64, u64),
     ) -> Result<HugeMapped, VmallocError> {
         let ps = L::PAGE_SIZE;
         let per_leaf = span / ps;
@@ -145,9 +154,13 @@ where
                         start: run,
                         pages: per_leaf,
                     };
+                    // An empty table an earlier area left gives way.
+                    pt.free_empty_table(at_va, L::LEVELS - 1, |s, e| {
+                        flush(s.as_u64(), e.as_u64())
+                    })?;
                     pt.map_range_with(at_va, frames, flags, MapHint::LargeLeaves)?;
-                    // Under a table that was already there the walker
-                    // mapped base pages: count what it did.
+                    // Under a table other code linked the walker mapped
+                    // base pages: count what it did.
                     if pt.translate(at_va).is_some_and(|t| t.size == span) {
                         large += 1;
                     }

@@ -193,7 +193,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// [`VmapError::NotFound`], nothing changed.
     pub fn find_unlink(&mut self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         let i = self.search_busy(addr.as_u64())?;
-        Ok(self.unlink_node(i))
+        self.unlink_node(i)
     }
 
     /// The busy (not parked) area starting at `a`: one counted search.
@@ -242,7 +242,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
             // Busy nodes other than `i` survive the unlink, so this stays
             // valid for the next address.
             next = self.policy.busy_after(&self.src, i).unwrap_or(NIL);
-            done(addr, Ok(self.unlink_node(i)));
+            done(addr, self.unlink_node(i));
         }
     }
 
@@ -256,7 +256,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         let req = AllocRequest::exact(addr, size, self.page_size);
         req.validate(self.start, self.end, self.page_size)?;
         let i = self.search_busy(addr.as_u64())?;
-        let old = self.unlink_node(i);
+        let old = self.unlink_node(i)?;
         match self.alloc_request(&req) {
             Ok(a) => Ok(a),
             Err(e) => {
@@ -284,11 +284,15 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         let mut v = 0;
         let j = self.busy.find_start(&self.src, addr.as_u64(), &mut v);
         self.count_free_search();
-        Ok(self.unlink_node(j))
+        self.unlink_node(j)
     }
 
-    fn unlink_node(&mut self, i: NodeIdx) -> VmapArea {
+    /// Unlinks busy node `i` and gives its range back to the free space;
+    /// refused (nothing changed) if the policy cannot get the nodes the
+    /// release may need.
+    fn unlink_node(&mut self, i: NodeIdx) -> Result<VmapArea, VmapError> {
         let (start, end) = (self.src.node(i).start, self.src.node(i).end);
+        self.policy.prepare_release(&mut self.src, start, end)?;
         let prev = if self.policy.wants_prev() {
             self.busy.prev(&self.src, i)
         } else {
@@ -300,7 +304,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         }
         self.busy_bytes -= end - start;
         self.debug_check();
-        self.area(start, end)
+        Ok(self.area(start, end))
     }
 
     #[inline]
@@ -346,11 +350,18 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     #[cfg(feature = "alloc")]
-    /// Frees a parked area for real.
+    /// Frees a parked area for real. Only the sharded front parks, over the
+    /// default policy, whose frees never need a node: cannot fail there.
     pub(crate) fn release_parked(&mut self, i: NodeIdx) {
         self.src.node_mut(i).parked = false;
         self.parked -= 1;
-        self.unlink_node(i);
+        let r = self.unlink_node(i);
+        debug_assert!(r.is_ok(), "the default policy frees without nodes");
+        if r.is_err() {
+            // Keep it parked rather than lose track of it.
+            self.src.node_mut(i).parked = true;
+            self.parked += 1;
+        }
     }
 
     /// Live areas in address order (for vmallocinfo).

@@ -3,7 +3,7 @@
 //! where it would have).
 
 use vmap_core::{
-    AllocRequest, Augmented, FixedPool, FreeAreaSearch, FreeVmapCache, Linear, NodeSource,
+    AllocRequest, Augmented, BTree, FixedPool, FreeAreaSearch, FreeVmapCache, Linear, NodeSource,
     VecSource, VirtAddr, VmapArea, VmapError, VmapSpace,
 };
 
@@ -344,4 +344,54 @@ fn resize_grows_in_place_or_changes_nothing() {
     check::<vmap_core::Augmented>();
     check::<vmap_core::Linear>();
     check::<vmap_core::FreeVmapCache>();
+}
+
+/// The B-tree policy may need nodes to free (a new free block between two
+/// busy areas splits a full leaf). Over a pool that cannot grow, a free it
+/// cannot serve is refused with `NodePoolExhausted`, nothing changed and the
+/// area still allocated, and succeeds once nodes are back; it used to panic.
+#[test]
+fn a_btree_free_that_needs_a_node_it_cannot_get_is_refused() {
+    const SLOTS: usize = 200;
+    const END: u64 = S + 4096 * P;
+    let pool = FixedPool::<SLOTS>::new();
+    let mut s = VmapSpace::<BTree, _>::new(va(S), va(END), P, &pool).unwrap();
+    // Areas back to back until the pool is spent.
+    let mut got = Vec::new();
+    while let Ok(a) = s.alloc(P, P, va(S), va(END)) {
+        got.push(a.va_start);
+    }
+    assert!(got.len() > 20, "{}", got.len());
+    // Free every other one: each leaves a block between two busy areas.
+    let mut refused = Vec::new();
+    for &a in got.iter().skip(1).step_by(2) {
+        let before = snapshot(&s);
+        match s.free(a) {
+            Ok(area) => assert_eq!(area.va_start, a),
+            Err(e) => {
+                assert_eq!(e, VmapError::NodePoolExhausted);
+                assert_eq!(snapshot(&s), before, "a refused free changed nothing");
+                refused.push(a);
+            }
+        }
+    }
+    assert!(
+        !refused.is_empty(),
+        "the pool never ran dry: the test tests nothing"
+    );
+    // The rest, and the refused ones again, until all are free: frees
+    // that merge give nodes back, so every round makes progress.
+    let mut left: Vec<_> = got.iter().step_by(2).copied().chain(refused).collect();
+    while !left.is_empty() {
+        let n = left.len();
+        left.retain(|&a| match s.free(a) {
+            Ok(_) => false,
+            Err(e) => {
+                assert_eq!(e, VmapError::NodePoolExhausted);
+                true
+            }
+        });
+        assert!(left.len() < n, "no free went through: {left:x?}");
+    }
+    assert_eq!(snapshot(&s), (Vec::new(), END - S));
 }

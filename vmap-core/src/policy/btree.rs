@@ -18,13 +18,16 @@
 //! root with one child is dropped, and the depth only grows by splitting a
 //! full root (so it stays below 20 for any number of operations).
 //!
-//! A free may need new nodes (a split) and cannot fail: each allocation
-//! first tops up a reserve of `depth + 1` spare nodes (failing cleanly with
-//! `NodePoolExhausted`), which a free uses and then tops up again. Only a
-//! source that cannot grow, running out while a run of frees splits more
-//! nodes than the reserve holds, makes a free panic; give such a source
-//! headroom (the B-tree takes up to four slots per free block where the
-//! augmented tree takes one).
+//! A free may need new nodes (a split): an allocation first tops up a
+//! reserve of `depth + 1` spare nodes (a split at every level and a new
+//! root), and a free that adds a block (one that merges with no free
+//! neighbour) first takes the nodes its insert may split into, before
+//! anything changes; either fails cleanly with `NodePoolExhausted` when
+//! the source cannot provide them. A free refused that way leaves the area
+//! allocated, to be freed again once nodes are available; frees that merge
+//! never need a node. So a source that cannot grow can make frees fail
+//! where the augmented tree's would not: give it headroom (the B-tree takes
+//! up to four slots per free block where the augmented tree takes one).
 
 use super::{BusyTree, FreeAreaSearch, Search};
 use crate::error::VmapError;
@@ -299,7 +302,7 @@ impl BTree {
         }
         let r = self
             .new_node(s)
-            .expect("vmap-core btree: node source exhausted while splitting");
+            .expect("vmap-core btree: the reserve holds a node per level and one for a new root");
         // F + 1 entries: the lower 7 stay, the upper 6 move to `r`.
         let old = *get(s, i);
         let mut tmp = [(0u64, 0u64, NIL); F + 1];
@@ -329,9 +332,9 @@ impl BTree {
         }
         let (rlo, rmax) = (rn.lo[0], rn.max());
         if l == 0 {
-            let q = self
-                .new_node(s)
-                .expect("vmap-core btree: node source exhausted while splitting");
+            let q = self.new_node(s).expect(
+                "vmap-core btree: the reserve holds a node per level and one for a new root",
+            );
             let qn = get_mut(s, q);
             qn.leaf = 0;
             qn.insert(0, llo, lmax, i);
@@ -498,6 +501,43 @@ impl Search for BTree {
     #[inline]
     fn busy_pred<S: NodeArena>(&self, _: &S, _: NodeIdx) -> Option<NodeIdx> {
         Some(self.pred)
+    }
+
+    /// Only a free that merges with no free block adds one, and only that
+    /// insert can split: one node per full node on the path from the leaf
+    /// up, and one more for a new root if they all are. Those are taken
+    /// into the reserve now, so a free that merges needs none and always
+    /// goes through, however fragmented the source.
+    fn prepare_release<S: NodeArena>(
+        &mut self,
+        s: &mut S,
+        start: u64,
+        end: u64,
+    ) -> Result<(), VmapError> {
+        if self.nspare > self.depth {
+            return Ok(()); // the common case: the reserve covers any insert
+        }
+        let mut v = 0;
+        let (r, next) = self.descend(s, start, &mut v);
+        let d = self.depth - 1;
+        let n = get(s, self.path[d].0);
+        let len = n.len as usize;
+        let below = r > 0 && n.hi[r - 1] == start;
+        let above = if r < len { n.lo[r] == end } else { next == end };
+        if below || above {
+            return Ok(());
+        }
+        let full = (0..self.depth)
+            .rev()
+            .take_while(|&l| get(s, self.path[l].0).len as usize == F)
+            .count();
+        let need = if full == self.depth { full + 1 } else { full };
+        while self.nspare < need {
+            let i = s.alloc_run(K).ok_or(VmapError::NodePoolExhausted)?;
+            self.spare[self.nspare] = i;
+            self.nspare += 1;
+        }
+        Ok(())
     }
 
     fn release<S: NodeArena>(

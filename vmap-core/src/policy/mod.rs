@@ -100,6 +100,21 @@ pub trait Search: Sized {
         true
     }
 
+    /// Called before the busy area `[start, end)` is unlinked for a free:
+    /// makes sure its [`release`](Self::release) has every node it may
+    /// need, or fails (the free is then refused with that error and
+    /// nothing changed). Policies whose release never allocates keep the
+    /// default.
+    #[inline]
+    fn prepare_release<S: NodeArena>(
+        &mut self,
+        _s: &mut S,
+        _start: u64,
+        _end: u64,
+    ) -> Result<(), VmapError> {
+        Ok(())
+    }
+
     /// `[start, end)` was freed; its busy node `freed` is unlinked (but its
     /// contents intact) and `prev` was its busy predecessor (`NIL` if
     /// [`wants_prev`](Self::wants_prev) said no). Returns whether

@@ -84,6 +84,28 @@ impl<R: RawMutex, T> Mutex<R, T> {
         return self.inner.get_mut().unwrap();
     }
 
+    /// Locks and leaves it locked past this call, with no guard: for a
+    /// hosted embedder's fork handler, which must hold every lock across
+    /// `fork` (`pthread_atfork`'s prepare) so that the child finds none
+    /// held by a thread it does not have. Undone by
+    /// [`unlock_held`](Self::unlock_held).
+    #[cfg(not(kmm_loom))]
+    pub fn lock_held(&self) {
+        core::mem::forget(self.inner.lock());
+    }
+
+    /// Unlocks what [`lock_held`](Self::lock_held) locked.
+    ///
+    /// # Safety
+    /// The mutex was locked by `lock_held` and nothing has unlocked it
+    /// since: on the thread that called it, or in the child process of a
+    /// `fork` made while it was held.
+    #[cfg(not(kmm_loom))]
+    pub unsafe fn unlock_held(&self) {
+        // SAFETY: the caller's contract: locked, with no guard alive.
+        unsafe { self.inner.force_unlock() }
+    }
+
     /// Consumes the mutex.
     pub fn into_inner(self) -> T {
         #[cfg(not(kmm_loom))]

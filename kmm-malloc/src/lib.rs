@@ -150,6 +150,12 @@ extern "C" fn fork_prepare() {
             std::thread::yield_now();
         }
     }
+    // Then every lock inside the caches (a thread outside a pinned
+    // section, freeing to another CPU's slab, may hold a node lock), then
+    // the region's, which the caches' paths take last.
+    if let Some(km) = kmalloc() {
+        km.lock_for_fork();
+    }
     REGION.lock_for_fork();
 }
 
@@ -161,6 +167,9 @@ fn release_fork_locks() {
     // left that could hold them (the child) or their holder (the parent).
     unsafe {
         REGION.unlock_after_fork();
+        if let Some(km) = kmalloc() {
+            km.unlock_after_fork();
+        }
         for l in cpus().locks() {
             l.unlock();
         }

@@ -41,6 +41,7 @@ fn child_entry() {
         Ok("api") => api(),
         Ok("threads") => threads(),
         Ok("fork") => fork(),
+        Ok("fork_stress") => fork_stress(),
         Ok("double_free") => double_free(),
         Ok("large_double_free") => large_double_free(),
         _ => {}
@@ -154,6 +155,86 @@ fn fork() {
     println!("CHILD-OK");
 }
 
+/// Forks while other threads are inside every path of the allocator:
+/// remote frees (objects handed to another thread, which frees them: the
+/// slab layer's node lock), sizes across the classes (slab refills, the
+/// barn), large blocks (the region). A child that finds a lock held by a
+/// thread that does not exist in it hangs: the alarm kills it and the
+/// parent reports it.
+fn fork_stress() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    const FORKS: usize = 300;
+    /// Stops the workers however the fork loop ends (a failed check too),
+    /// so the process exits and reports instead of running on.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let stop = &stop;
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(stop);
+        let (tx, rx) = mpsc::sync_channel::<Vec<Vec<u8>>>(8);
+        s.spawn(move || {
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let batch: Vec<Vec<u8>> =
+                    (0..64).map(|k| vec![k as u8; 8 + (i + k) % 2000]).collect();
+                if tx.send(batch).is_err() {
+                    break;
+                }
+                i += 1;
+            }
+        });
+        s.spawn(move || {
+            for batch in rx {
+                drop(std::hint::black_box(batch));
+            }
+        });
+        s.spawn(|| {
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let v = vec![1u8; 16 << 10 << (i % 5)];
+                drop(std::hint::black_box(v));
+                i += 1;
+            }
+        });
+        for n in 0..FORKS {
+            // SAFETY: the child allocates, frees and leaves with `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: a plain syscall; SIGALRM ends a hung child.
+                unsafe { libc::alarm(10) };
+                let v: Vec<Vec<u8>> = (0..2000).map(|i| vec![i as u8; 1 + i * 7 % 3000]).collect();
+                let big = vec![2u8; 200 << 10];
+                let ok = v
+                    .iter()
+                    .enumerate()
+                    .all(|(i, x)| x.iter().all(|&b| b == i as u8))
+                    && big[1000] == 2;
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: our child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child {n} of {FORKS}: status {status:#x} (signal {}: 14 is the alarm of a hung child)",
+                if libc::WIFSIGNALED(status) {
+                    libc::WTERMSIG(status)
+                } else {
+                    0
+                }
+            );
+        }
+    });
+    println!("CHILD-OK");
+}
+
 fn double_free() {
     // SAFETY: deliberately wrong: the library must abort with a message.
     unsafe {
@@ -177,7 +258,7 @@ fn large_double_free() {
 #[test]
 fn c_interface_threads_and_fork_on_both_fronts() {
     for front in ["tid", "sheaves"] {
-        for case in ["api", "threads", "fork"] {
+        for case in ["api", "threads", "fork", "fork_stress"] {
             let out = child(case, front);
             let so = String::from_utf8_lossy(&out.stdout);
             assert!(

@@ -146,6 +146,22 @@ unsafe fn push(list: &mut *mut Sheaf, s: *mut Sheaf) {
 }
 
 impl<R: RawMutex> Barn<R> {
+    /// `fork`'s prepare: the barn lock, held past this call.
+    #[cfg(not(kmm_loom))]
+    pub(crate) fn lock_for_fork(&self) {
+        self.inner.lock_held();
+    }
+
+    /// Undoes [`lock_for_fork`](Self::lock_for_fork).
+    ///
+    /// # Safety
+    /// After `lock_for_fork`, as [`Mutex::unlock_held`].
+    #[cfg(not(kmm_loom))]
+    pub(crate) unsafe fn unlock_after_fork(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.inner.unlock_held() }
+    }
+
     /// An empty barn for sheaves of `cap` objects (raised to 1), keeping at
     /// most `max_full` full and `max_empty` empty sheaves.
     pub(crate) fn new(cap: usize, max_full: usize, max_empty: usize) -> Self {

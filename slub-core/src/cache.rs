@@ -24,6 +24,8 @@ use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 mod bulk;
 mod deferred;
+#[cfg(not(kmm_loom))]
+mod fork;
 mod nolock;
 mod prefill;
 mod resize;

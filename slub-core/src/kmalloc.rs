@@ -13,6 +13,8 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 mod buckets;
+#[cfg(not(kmm_loom))]
+mod fork;
 mod krealloc;
 mod nolock;
 mod random;

@@ -75,6 +75,12 @@ pub(crate) struct Slabs<P, C, D, R: RawMutex> {
 }
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
+    /// The node (its partial list and lock).
+    #[cfg(not(kmm_loom))]
+    pub(crate) fn node(&self) -> &Node<R> {
+        &self.node
+    }
+
     /// The slab layer of a new cache; `None` if the counters' per-CPU array
     /// cannot be allocated (feature `stats`).
     pub(crate) fn new(

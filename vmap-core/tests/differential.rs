@@ -213,7 +213,7 @@ fn run(seed: u64, ops: usize) {
     bt.check_invariants().unwrap();
 }
 
-const OPS: usize = if cfg!(miri) { 300 } else { 125_000 };
+const OPS: usize = if cfg!(miri) { 150 } else { 125_000 };
 
 #[test]
 fn differential_seed_1() {

@@ -443,7 +443,7 @@ fn no_space_only_when_no_range_qualifies() {
         let mut live: Vec<VmapArea> = Vec::new();
         let mut failures = 0;
         // Fewer steps under miri, where the brute-force search is slow.
-        for step in 0..if cfg!(miri) { 300 } else { 3000 } {
+        for step in 0..if cfg!(miri) { 150 } else { 3000 } {
             if rng.chance(50) || live.is_empty() {
                 let size = match rng.below(10) {
                     0..=6 => 1 + rng.below(4),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::report::{Row, Status};
 use crate::setup;
-use crate::steps::{Action, Step};
+use crate::steps::{Action, Step, StepKind};
 
 /// The target directory every cargo command uses unless its row names another. Set explicitly so
 /// an exported `CARGO_TARGET_DIR` (e.g. the one used to build xtask itself) is not inherited.
@@ -70,11 +70,35 @@ impl Cmd {
 
     /// Runs to completion with output streamed to `sink`; `Err` says why it failed.
     pub fn stream(&self, root: &Path, sink: Sink, timeout: Option<Duration>) -> Result<(), String> {
+        self.run_to(root, sink.stdout(), Stdio::inherit(), timeout)
+    }
+
+    /// Runs to completion with stdout and stderr into `out`; `Err` says why it failed.
+    fn run_into(
+        &self,
+        root: &Path,
+        out: &std::fs::File,
+        timeout: Option<Duration>,
+    ) -> Result<(), String> {
+        let (o, e) = (out.try_clone(), out.try_clone());
+        let (o, e) = o
+            .and_then(|o| e.map(|e| (o, e)))
+            .map_err(|e| e.to_string())?;
+        self.run_to(root, Stdio::from(o), Stdio::from(e), timeout)
+    }
+
+    fn run_to(
+        &self,
+        root: &Path,
+        stdout: Stdio,
+        stderr: Stdio,
+        timeout: Option<Duration>,
+    ) -> Result<(), String> {
         let mut child = self
             .command(root)
             .stdin(Stdio::null())
-            .stdout(sink.stdout())
-            .stderr(Stdio::inherit())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", self.program))?;
         let start = Instant::now();
@@ -199,17 +223,115 @@ pub struct Options {
 }
 
 /// Runs every row in order, continuing after failures, and reports each.
+/// A run of consecutive Miri rows goes through [`run_in_lanes`]: Miri
+/// interprets on one core, and these rows are most of CI's time.
 pub fn run_all(root: &Path, steps: &[Step], opts: Options) -> Vec<Row> {
-    steps.iter().map(|step| run_one(root, step, opts)).collect()
+    let mut rows = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        let mut j = i;
+        while j < steps.len() && steps[j].kind == StepKind::Miri && steps[j].skip.is_none() {
+            j += 1;
+        }
+        if j - i >= 2 {
+            rows.extend(run_in_lanes(root, &steps[i..j], opts));
+            i = j;
+        } else {
+            rows.push(run_one(root, &steps[i], opts));
+            i += 1;
+        }
+    }
+    rows
 }
 
-fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
+/// Runs `steps` (cargo commands) on as many lanes as the machine has cores
+/// (at least 2), each lane taking the next row when it is free and building
+/// into its own target directory (`<dir>-lane<k>`: cargo locks a target
+/// directory for the whole run). A row's output is kept in a file and
+/// printed whole, after its header, when the row ends, so logs do not
+/// interleave. Rows come back in their order.
+fn run_in_lanes(root: &Path, steps: &[Step], opts: Options) -> Vec<Row> {
+    use std::sync::Mutex;
+    let lanes = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, steps.len());
+    let next = Mutex::new(0usize);
+    let done: Mutex<Vec<Option<Row>>> = Mutex::new(steps.iter().map(|_| None).collect());
+    let print = Mutex::new(());
+    std::thread::scope(|s| {
+        for lane in 0..lanes {
+            let (next, done, print) = (&next, &done, &print);
+            s.spawn(move || {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let Some(step) = steps.get(i) else { break };
+                    let row = run_captured(root, step, lane, opts, print);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(row);
+                }
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every row ran"))
+        .collect()
+}
+
+/// One row of [`run_in_lanes`].
+fn run_captured(
+    root: &Path,
+    step: &Step,
+    lane: usize,
+    opts: Options,
+    print: &std::sync::Mutex<()>,
+) -> Row {
+    let mut row = row_for(step);
+    let header = header_of(step);
+    let Action::Cmd(cmd) = &step.action else {
+        return run_one(root, step, opts);
+    };
+    let mut cmd = cmd.clone();
+    for (k, v) in &mut cmd.env {
+        if k == "CARGO_TARGET_DIR" {
+            *v = format!("{v}-lane{lane}");
+        }
+    }
+    {
+        let _p = print.lock().unwrap_or_else(|e| e.into_inner());
+        eprintln!("{header}: started on lane {lane}: {}", cmd.display());
+    }
+    let log = std::env::temp_dir().join(format!("xtask-lane{lane}-{}.log", std::process::id()));
+    let start = Instant::now();
+    let result = std::fs::File::create(&log)
+        .map_err(|e| format!("cannot create {}: {e}", log.display()))
+        .and_then(|f| cmd.run_into(root, &f, opts.timeout));
+    row.seconds = start.elapsed().as_secs_f64();
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let _p = print.lock().unwrap_or_else(|e| e.into_inner());
+    eprintln!("==> output of {}", &header[4..]);
+    eprint!("{output}");
+    finish(&mut row, &header, result);
+    let _ = io::stderr().flush();
+    row
+}
+
+fn header_of(step: &Step) -> String {
     let label = match &step.detail {
         Some(detail) => format!("{} {detail}", step.kind.name()),
         None => step.kind.name().to_string(),
     };
-    let header = format!("==> [{}/{}] {label}", step.target, step.config);
-    let mut row = Row {
+    format!("==> [{}/{}] {label}", step.target, step.config)
+}
+
+fn row_for(step: &Step) -> Row {
+    Row {
         target: step.target.clone(),
         config: step.config.clone(),
         step: step.kind.name().to_string(),
@@ -218,7 +340,29 @@ fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
         seconds: 0.0,
         reason: None,
         command: step.command_line(),
-    };
+    }
+}
+
+/// Prints how the row ended and records it.
+fn finish(row: &mut Row, header: &str, result: Result<(), String>) {
+    match result {
+        Ok(()) => {
+            // CI has a wall-clock budget: every row says what it cost, so a log that ends
+            // early (killed at the limit) still tells which rows to trim.
+            eprintln!("{header}: pass in {:.0} s", row.seconds);
+            row.status = Status::Pass;
+        }
+        Err(reason) => {
+            eprintln!("{header}: FAILED in {:.0} s ({reason})", row.seconds);
+            row.status = Status::Fail;
+            row.reason = Some(reason);
+        }
+    }
+}
+
+fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
+    let header = header_of(step);
+    let mut row = row_for(step);
     if let Some(reason) = &step.skip {
         // Rows left out by --only are a developer's choice: keep the log short.
         if reason != "--only" {
@@ -237,19 +381,7 @@ fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
         Action::Nothing => Ok(()),
     };
     row.seconds = start.elapsed().as_secs_f64();
-    match result {
-        Ok(()) => {
-            // CI has a wall-clock budget: every row says what it cost, so a log that ends
-            // early (killed at the limit) still tells which rows to trim.
-            eprintln!("{header}: pass in {:.0} s", row.seconds);
-            row.status = Status::Pass;
-        }
-        Err(reason) => {
-            eprintln!("{header}: FAILED in {:.0} s ({reason})", row.seconds);
-            row.status = Status::Fail;
-            row.reason = Some(reason);
-        }
-    }
+    finish(&mut row, &header, result);
     row
 }
 

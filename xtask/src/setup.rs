@@ -151,7 +151,15 @@ impl Setup<'_> {
         self.install(Cmd::new("rustup").args(["component", "add"]).args(missing))
     }
 
+    /// The toolchain, then Miri's sysroot (`cargo miri setup`): built here,
+    /// once, because the Miri rows then run in parallel lanes and must not
+    /// race to build it.
     fn nightly_miri(&self) -> Result<(), String> {
+        self.nightly_miri_toolchain()?;
+        self.install(Cmd::new("cargo").args(["+nightly", "miri", "setup"]))
+    }
+
+    fn nightly_miri_toolchain(&self) -> Result<(), String> {
         if self
             .capture("cargo", &["+nightly", "miri", "--version"])
             .is_some()

@@ -323,3 +323,22 @@ fn threads_defer_and_read_concurrently() {
         assert_eq!(a.frames_in_use(), 0, "{flags:?}");
     }
 }
+
+/// Under `stats`, every object put in a CPU's batch is counted
+/// (`free_rcu_sheaf`) on its class's cache; large blocks are not (no sheaf).
+#[cfg(feature = "stats")]
+#[test]
+fn stats_count_deferred_frees() {
+    let a = PhysArena::new(8 << 20, 4096).unwrap();
+    let pages = ArenaPages::new(&a);
+    let mut k = km(&pages, CacheFlags::empty());
+    let gp = EpochGracePeriod::new();
+    for l in [small(), small(), large()] {
+        let p = k.alloc(l).unwrap();
+        // SAFETY: allocated above with `l`, freed once.
+        unsafe { k.free_deferred(p, l, &gp) }.unwrap();
+    }
+    let st = k.caches()[4].stats();
+    assert_eq!(st.get(slub_core::StatItem::FreeRcuSheaf), 2);
+    k.destroy_deferred(&gp).unwrap();
+}

@@ -19,7 +19,7 @@ use slub_core::{ArenaPages, CacheFlags, DestroyError, Kmalloc, MigratingCpus};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 #[path = "slab_rcu.rs"]
 mod rcu;
@@ -299,10 +299,8 @@ impl SlabSoak {
     /// Deferred frees and bulk-allocated or bulk-freed objects so far.
     #[cfg(test)]
     pub fn mix(&self) -> (u64, u64) {
-        (
-            self.deferred.load(Ordering::Relaxed),
-            self.bulk.load(Ordering::Relaxed),
-        )
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.deferred.load(Relaxed), self.bulk.load(Relaxed))
     }
 
     /// Frees every object, destroys both allocators and counts what is left.

@@ -10,9 +10,10 @@ use crate::page_source::SlabPages;
 use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 mod buckets;
+mod deferred;
 #[cfg(not(kmm_loom))]
 mod fork;
 mod krealloc;
@@ -49,6 +50,10 @@ pub struct Kmalloc<K: Platform> {
     caches: [KmemCache<K>; NR_KMALLOC_CLASSES],
     pages: PlatformMem<K>,
     large_bytes: AtomicUsize,
+    /// Large blocks given to `free_deferred`, waiting for their grace
+    /// period (`deferred.rs`).
+    large_deferred: AtomicPtr<deferred::LargeRecord>,
+    large_deferred_count: AtomicUsize,
 }
 
 impl<K: Platform> core::fmt::Debug for Kmalloc<K> {
@@ -106,6 +111,8 @@ where
             caches,
             pages: PlatformMem(mem),
             large_bytes: AtomicUsize::new(0),
+            large_deferred: AtomicPtr::new(core::ptr::null_mut()),
+            large_deferred_count: AtomicUsize::new(0),
         })
     }
 }
@@ -233,8 +240,17 @@ impl<K: Platform> Kmalloc<K> {
     }
 
     /// Destroys every cache; the first error is returned (the others are
-    /// still attempted).
+    /// still attempted). With deferred frees pending (see
+    /// [`free_deferred`](Self::free_deferred)) nothing is destroyed and
+    /// [`DestroyError::DeferredPending`] is returned: wait for them with
+    /// [`destroy_deferred`](Self::destroy_deferred). Dropping a `Kmalloc`
+    /// with deferred frees pending leaks them (and their slabs) rather than
+    /// freeing under a reader.
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
+        let pending = self.deferred_pending();
+        if pending != 0 {
+            return Err(DestroyError::DeferredPending { objects: pending });
+        }
         let mut first = Ok(());
         for c in &mut self.caches {
             let r = c.destroy();

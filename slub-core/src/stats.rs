@@ -71,6 +71,9 @@ items! {
     BarnGet = "barn_get",
     /// Full sheaf put into the barn.
     BarnPut = "barn_put",
+    /// Object added to a CPU's batch of deferred frees (`kfree_rcu` to the
+    /// `rcu_free` sheaf).
+    FreeRcuSheaf = "free_rcu_sheaf",
 }
 
 /// Number of counters.

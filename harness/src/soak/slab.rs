@@ -6,17 +6,23 @@
 //! allocator while live, shows); a quarter of the frees are done by another
 //! thread. One allocation in eight is `kmalloc_nolock` (falling back to
 //! `kmalloc` when it would block), one free in eight `kfree_nolock`, and
-//! some objects are `krealloc`ed (stamps moved along). At the end every
-//! object is freed, both allocators destroyed, and every slab page must be
-//! back in the arena.
+//! some objects are `krealloc`ed (stamps moved along). Objects are also
+//! published to readers in short read-side sections and freed deferred
+//! (`kfree_rcu`), and allocated and freed in bulk (`slab_rcu.rs`). At the
+//! end every object is freed, every deferred free waited for, both
+//! allocators destroyed, and every slab page must be back in the arena.
 
 use super::{Rng, Tally};
 use arch_api::PhysArena;
-use slub_core::testing::HostedPlatform;
+use slub_core::testing::{EpochGracePeriod, HostedPlatform, ReadGuard};
 use slub_core::{ArenaPages, CacheFlags, DestroyError, Kmalloc, MigratingCpus};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+#[path = "slab_rcu.rs"]
+mod rcu;
 
 type SoakKmalloc = Kmalloc<HostedPlatform<&'static ArenaPages<'static>, &'static MigratingCpus>>;
 
@@ -37,6 +43,15 @@ pub struct SlabThread {
     seq: u64,
     held: Vec<Obj>,
     tally: Tally,
+    /// Inside a read-side section of the soak's grace period.
+    reader: Option<ReadGuard<'static>>,
+    /// Steps since the section began.
+    inside: u32,
+    /// Objects the reader found in the slots.
+    seen: Vec<rcu::Seen>,
+    /// Unpublished objects whose deferred free was refused inside the
+    /// section.
+    retry: Vec<Obj>,
 }
 
 /// The shared allocators and what the threads leave behind.
@@ -46,10 +61,37 @@ pub struct SlabSoak {
     fronts: [SoakKmalloc; 2],
     inbox: Vec<Mutex<Vec<Obj>>>,
     parked: Mutex<(Vec<Obj>, Tally)>,
+    /// The grace periods of every deferred free.
+    gp: &'static EpochGracePeriod,
+    /// Objects published to readers.
+    slots: Vec<Mutex<Option<Obj>>>,
+    /// Deferred frees and bulk objects done (the soak's mix, for its test).
+    deferred: AtomicU64,
+    bulk: AtomicU64,
 }
+
+/// Slots of published objects.
+const SLOTS: usize = 64;
 
 fn layout(size: usize) -> Option<Layout> {
     Layout::from_size_align(size, 8).ok()
+}
+
+/// Reads the head stamp of the `size`-byte object `p` and the tail one (the
+/// complement of `stamp` below 16 bytes, where there is none).
+///
+/// # Safety
+/// `p` holds `size >= 8` readable bytes.
+unsafe fn read_stamp(p: *const u8, size: usize, stamp: u64) -> (u64, u64) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let tail = if size >= 16 {
+            p.add(size - 8).cast::<u64>().read_unaligned()
+        } else {
+            !stamp
+        };
+        (p.cast::<u64>().read_unaligned(), tail)
+    }
 }
 
 /// Writes `stamp` at the start of the `size`-byte object `p` and its
@@ -86,6 +128,10 @@ impl SlabSoak {
             fronts: [tid, sheaves],
             inbox: (0..threads).map(|_| Mutex::new(Vec::new())).collect(),
             parked: Mutex::new((Vec::new(), Tally::default())),
+            gp: Box::leak(Box::new(EpochGracePeriod::new())),
+            slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
+            deferred: AtomicU64::new(0),
+            bulk: AtomicU64::new(0),
         })
     }
 
@@ -97,24 +143,19 @@ impl SlabSoak {
             seq: 0,
             held: Vec::new(),
             tally: Tally::default(),
+            reader: None,
+            inside: 0,
+            seen: Vec::new(),
+            retry: Vec::new(),
         }
     }
 
-    /// Frees `o` after checking its stamp.
-    fn release(&self, th: &mut SlabThread, o: Obj) {
-        let Some(l) = layout(o.size) else { return };
+    /// Counts a violation if `o` lost its stamps.
+    fn check(&self, th: &mut SlabThread, o: &Obj) {
         // SAFETY: `o` is a live object of `o.size` bytes we own; the stamp
         // was written at its start (and end, from 16 bytes) when it was
         // allocated.
-        let (head, tail) = unsafe {
-            let p = o.ptr as *const u8;
-            let tail = if o.size >= 16 {
-                p.add(o.size - 8).cast::<u64>().read_unaligned()
-            } else {
-                !o.stamp
-            };
-            (p.cast::<u64>().read_unaligned(), tail)
-        };
+        let (head, tail) = unsafe { read_stamp(o.ptr as *const u8, o.size, o.stamp) };
         if head != o.stamp || tail != !o.stamp {
             th.tally.violation(|| {
                 format!(
@@ -123,6 +164,12 @@ impl SlabSoak {
                 )
             });
         }
+    }
+
+    /// Frees `o` after checking its stamp.
+    fn release(&self, th: &mut SlabThread, o: Obj) {
+        let Some(l) = layout(o.size) else { return };
+        self.check(th, &o);
         let Some(p) = NonNull::new(o.ptr as *mut u8) else {
             return;
         };
@@ -150,7 +197,14 @@ impl SlabSoak {
                 self.release(th, o);
             }
         }
-        if th.held.len() < MAX_HELD && (th.held.is_empty() || rng.one_in(2)) {
+        if rng.one_in(3) {
+            self.rcu_step(th, rng);
+        }
+        if rng.one_in(16) {
+            self.bulk_alloc(th, rng);
+        } else if rng.one_in(16) {
+            self.bulk_free(th, rng);
+        } else if th.held.len() < MAX_HELD && (th.held.is_empty() || rng.one_in(2)) {
             let size = if rng.one_in(64) {
                 // Beyond the largest class: straight from the page source.
                 16_385 + rng.below(48 * 1024) as usize
@@ -232,10 +286,21 @@ impl SlabSoak {
     }
 
     /// Leaves a finished thread's objects and counts for [`finish`](Self::finish).
-    pub fn park(&self, th: SlabThread) {
+    pub fn park(&self, mut th: SlabThread) {
+        // Out of the read-side section first; the frees refused inside it
+        // are done now (they may wait for other threads' readers, which
+        // leave as those threads park).
+        self.leave(&mut th);
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         p.0.extend(th.held);
         p.1.add(&th.tally);
+    }
+
+    /// Deferred frees and bulk-allocated or bulk-freed objects so far.
+    #[cfg(test)]
+    pub fn mix(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.deferred.load(Relaxed), self.bulk.load(Relaxed))
     }
 
     /// Frees every object, destroys both allocators and counts what is left.
@@ -251,14 +316,27 @@ impl SlabSoak {
         for o in held.into_iter().chain(inboxes) {
             self.release(&mut th, o);
         }
+        // Every thread has parked: no reader is left, so nothing is refused
+        // and the barrier below waits for nobody.
+        self.unpublish_all(&mut th);
         tally.add(&th.tally);
+        let gp = self.gp;
         for (i, k) in self.fronts.iter_mut().enumerate() {
+            // Every CPU's batch handed over and every grace period waited
+            // for, then the caches destroyed.
+            let r = k.destroy_deferred(gp);
             let large = k.large_bytes();
             if large != 0 {
                 tally.leaked_pages += (large / 4096) as u64;
             }
-            match k.destroy() {
+            match r {
                 Ok(()) => {}
+                Err(DestroyError::DeferredPending { objects }) => {
+                    tally.leaked_objects += objects as u64;
+                    tally.first_problem.get_or_insert_with(|| {
+                        format!("kmalloc front {i}: {objects} deferred frees never done")
+                    });
+                }
                 Err(DestroyError::LiveObjects { remaining }) => {
                     tally.leaked_objects += remaining as u64;
                     tally.first_problem.get_or_insert_with(|| {
@@ -276,5 +354,42 @@ impl SlabSoak {
             });
         }
         tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The soak's kmalloc part on two threads: deferred frees and bulk
+    /// calls happen, nothing is found broken, and every object and page is
+    /// accounted for at the end.
+    #[test]
+    fn deferred_and_bulk_are_mixed_in_and_nothing_leaks() {
+        let soak = SlabSoak::setup(2, 2).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let soak = &soak;
+                s.spawn(move || {
+                    let mut rng = Rng::new(7, t as u64);
+                    let mut th = soak.thread(t);
+                    for _ in 0..20_000 {
+                        soak.step(&mut th, &mut rng);
+                    }
+                    soak.park(th);
+                });
+            }
+        });
+        let (deferred, bulk) = soak.mix();
+        assert!(deferred > 100, "{deferred} deferred frees");
+        assert!(bulk > 100, "{bulk} bulk objects");
+        let t = soak.finish();
+        assert_eq!(t.violations, 0, "{:?}", t.first_problem);
+        assert_eq!(
+            t.leaked_objects + t.leaked_pages,
+            0,
+            "{:?}",
+            t.first_problem
+        );
     }
 }

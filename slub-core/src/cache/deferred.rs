@@ -144,6 +144,7 @@ impl<K: Platform> KmemCache<K> {
             *Sheaf::slot(b, n) = p;
             Sheaf::set_size(b, n + 1);
             self.deferred.add(1);
+            self.slabs.stat(cpu, crate::stats::StatItem::FreeRcuSheaf);
             if n + 1 >= cap && self.hand_over(b, gp).is_ok() {
                 line.batch.set(null_mut());
                 return Defer::Done(true);

@@ -11,6 +11,7 @@
 
 use super::{Kmalloc, NR_KMALLOC_CLASSES};
 use crate::cache::{CacheFlags, KmemCache};
+use crate::deferred::GracePeriod;
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use arch_api::Platform;
 use core::alloc::Layout;
@@ -108,9 +109,53 @@ impl<K: Platform> KmemBuckets<K> {
         unsafe { self.set.free(ptr, layout) }
     }
 
+    /// `kfree_rcu` of an object of this set: as [`Kmalloc::free_deferred`].
+    ///
+    /// # Safety
+    /// As [`Kmalloc::free_deferred`], for an object of this set.
+    pub unsafe fn free_deferred<G: GracePeriod + ?Sized>(
+        &self,
+        ptr: NonNull<u8>,
+        layout: Layout,
+        gp: &G,
+    ) -> Result<(), FreeError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.set.free_deferred(ptr, layout, gp) }
+    }
+
+    /// As [`Kmalloc::poll_deferred`], on this set.
+    pub fn poll_deferred<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
+        self.set.poll_deferred(gp)
+    }
+
+    /// As [`Kmalloc::flush_deferred`], on this set.
+    pub fn flush_deferred<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
+        self.set.flush_deferred(gp)
+    }
+
+    /// As [`Kmalloc::deferred_pending`], on this set.
+    pub fn deferred_pending(&self) -> usize {
+        self.set.deferred_pending()
+    }
+
+    /// As [`Kmalloc::large_deferred_pending`], on this set.
+    pub fn large_deferred_pending(&self) -> usize {
+        self.set.large_deferred_pending()
+    }
+
     /// Destroys the set's caches (`kmem_cache_destroy` on each); the first
-    /// error is returned.
+    /// error is returned. Refuses with deferred frees pending, as
+    /// [`Kmalloc::destroy`].
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
         self.set.destroy()
+    }
+
+    /// As [`Kmalloc::destroy_deferred`]: waits for the set's deferred frees,
+    /// then destroys it.
+    pub fn destroy_deferred<G: GracePeriod + ?Sized>(
+        &mut self,
+        gp: &G,
+    ) -> Result<(), DestroyError> {
+        self.set.destroy_deferred(gp)
     }
 }

@@ -107,7 +107,18 @@ fn report_ticks(cpus: usize) {
         }
         kprint!("]");
     }
+    let nolock = tick_batch::NOLOCK.each_ref().map(|c| c.load(Relaxed));
+    kprint!(
+        ",\"irq_nolock_allocs\":{},\"irq_nolock_refused\":{},\"irq_nolock_free_errors\":{}",
+        nolock[0],
+        nolock[1],
+        nolock[2]
+    );
     kprint!("}}\n");
+    check(
+        nolock[0] > 0 && nolock[2] == 0,
+        format_args!("irq: kmalloc_nolock in the tick: {nolock:?} (allocs, refused, free errors)"),
+    );
     for (cpu, a) in counts(1).enumerate() {
         check(
             a > 0,

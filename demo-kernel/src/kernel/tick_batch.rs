@@ -8,7 +8,8 @@
 
 use alloc::alloc::{alloc, dealloc};
 use core::alloc::Layout;
-use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 /// CPU slots (both ports have 8).
 const MAX_CPUS: usize = 8;
@@ -62,6 +63,63 @@ fn churn(cpu: usize, k: usize, size: usize) -> (u64, u64) {
     (done, bad)
 }
 
+/// The size the tick takes through `kmalloc_nolock` / `kfree_nolock`
+/// (issue 19: allocation from any context), beside the normal batches.
+const NOLOCK_SIZE: usize = 128;
+
+/// Per CPU, the nolock objects kept from the last tick.
+static NOLOCK_STASH: [[AtomicPtr<u8>; BATCH]; MAX_CPUS] =
+    [const { [const { AtomicPtr::new(core::ptr::null_mut()) }; BATCH] }; MAX_CPUS];
+
+/// Over all CPUs: nolock allocations, nolock allocations refused (it would
+/// have had to wait: another CPU holds a lock it needs), nolock frees the
+/// allocator refused.
+pub static NOLOCK: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// Frees last tick's nolock batch and allocates a new one, never waiting
+/// for a lock; returns (allocations, bad objects).
+fn churn_nolock(cpu: usize) -> (u64, u64) {
+    let Some(km) = super::ALLOC.kmalloc() else {
+        return (0, 0);
+    };
+    let Ok(layout) = Layout::from_size_align(NOLOCK_SIZE, 8) else {
+        return (0, 0);
+    };
+    let tag = (cpu as u8) << 4 | 0x4c;
+    let (mut done, mut bad) = (0, 0);
+    for slot in &NOLOCK_STASH[cpu] {
+        if let Some(old) = NonNull::new(slot.swap(core::ptr::null_mut(), Relaxed)) {
+            // SAFETY: allocated by this CPU's previous tick with `layout`
+            // and filled with `tag`; freed once here.
+            unsafe {
+                if core::slice::from_raw_parts(old.as_ptr(), NOLOCK_SIZE)
+                    .iter()
+                    .any(|&b| b != tag)
+                {
+                    bad += 1;
+                }
+                if km.free_nolock(old, layout).is_err() {
+                    NOLOCK[2].fetch_add(1, Relaxed);
+                    bad += 1;
+                }
+            }
+        }
+        match km.alloc_nolock(layout) {
+            Ok(p) => {
+                // SAFETY: a fresh object of `NOLOCK_SIZE` bytes.
+                unsafe { p.as_ptr().write_bytes(tag, NOLOCK_SIZE) };
+                slot.store(p.as_ptr(), Relaxed);
+                NOLOCK[0].fetch_add(1, Relaxed);
+                done += 1;
+            }
+            Err(_) => {
+                NOLOCK[1].fetch_add(1, Relaxed);
+            }
+        }
+    }
+    (done, bad)
+}
+
 /// One tick's batch on CPU `cpu` (in its interrupt handler, interrupts
 /// masked): (allocations, objects of the previous tick found overwritten).
 pub fn run(cpu: usize) -> (u64, u64) {
@@ -72,5 +130,6 @@ pub fn run(cpu: usize) -> (u64, u64) {
         done += d;
         bad += b;
     }
-    (done, bad)
+    let (d, b) = churn_nolock(cpu);
+    (done + d, bad + b)
 }

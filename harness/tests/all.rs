@@ -109,7 +109,9 @@ fn all_quick_writes_the_report_json_and_one_titled_svg_per_chart() {
         .collect();
     assert_eq!(
         ids,
-        ["story1", "story2", "story3", "story4", "story5", "soak"]
+        [
+            "story1", "story2", "story3", "story4", "story5", "malloc", "soak"
+        ]
     );
     // Our figures beside the seed's: story 1's table has both.
     let s1 = &file["stories"][0];
@@ -175,6 +177,41 @@ fn all_quick_writes_the_report_json_and_one_titled_svg_per_chart() {
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("## Story 2 (2005)") && md.contains("| budget |"));
+
+    // malloc-bench (issue 18): every workload at 1 and 2 threads, time and
+    // memory tables; the two fronts and the chart unless the preloadable
+    // library was not built (then one "skipped" line says so).
+    let m = &file["stories"][5];
+    for key in ["title", "seed", "tables", "ratios", "notes", "charts"] {
+        assert!(m.get(key).is_some(), "malloc story has {key}: {m}");
+    }
+    let (time, mem) = (&m["tables"][0], &m["tables"][1]);
+    assert_eq!(time["rows"].as_array().unwrap().len(), 16, "{time}");
+    assert_eq!(mem["rows"].as_array().unwrap().len(), 16, "{mem}");
+    assert!(time["columns"][4] == "mimalloc ms" && mem["columns"][2] == "peak RSS: tid");
+    assert!(
+        mem["rows"][0][12] == "yes",
+        "every object accounted for: {mem}"
+    );
+    let skipped = m["notes"][0].as_str().unwrap().starts_with("skipped");
+    assert!(md.contains("## Issue 18: the field's allocator workloads"));
+    if skipped {
+        assert_eq!(time["rows"][0][2], "n/a");
+    } else {
+        assert_ne!(time["rows"][0][2], "n/a", "tid ran: {time}");
+        assert!(m["ratios"][0]["value"].is_number(), "{m}");
+        let svg = std::fs::read_to_string(dir.join("malloc_bench.svg")).unwrap();
+        assert_well_formed(&svg);
+        for text in [
+            "time and peak RSS relative to mimalloc",
+            "larson",
+            "sheaves",
+        ] {
+            assert!(svg.contains(text), "malloc_bench.svg shows {text:?}");
+        }
+        assert!(html.contains("malloc-bench: time and peak RSS"));
+        assert!(md.contains("![malloc-bench: time and peak RSS"));
+    }
 }
 
 #[test]

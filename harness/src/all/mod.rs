@@ -14,6 +14,7 @@ mod plan;
 mod report;
 mod runner;
 mod story_aged;
+mod story_malloc;
 mod story_slab;
 mod story_soak;
 mod story_vmalloc;
@@ -42,7 +43,9 @@ pub struct AllArgs {
 pub fn run(common: &Common, args: &AllArgs) -> i32 {
     let t0 = Instant::now();
     let mut machine = machine::Machine::describe();
-    let steps = plan::steps(args.quick);
+    let preload = story_malloc::preload();
+    let mut steps = plan::steps(args.quick);
+    steps.extend(plan::malloc_steps(args.quick, preload.is_ok()));
     let runs = runner::run_all(common, &steps, false);
     machine.loadavg_end = machine::loadavg();
     let stories = vec![
@@ -51,6 +54,7 @@ pub fn run(common: &Common, args: &AllArgs) -> i32 {
         story_slab::story3(&runs),
         story_vmalloc::story4(&runs),
         story_vmalloc::story5(&runs),
+        story_malloc::story(&runs, &preload),
         story_soak::soak(&runs),
     ];
     let invariants = invariants::summarise(&runs);

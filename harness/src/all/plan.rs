@@ -192,6 +192,33 @@ pub fn steps(quick: bool) -> Vec<Step> {
     s
 }
 
+/// Thread counts of malloc-bench in `all` (issue 18's targets).
+pub const MALLOC_THREADS: [u32; 2] = [1, 2];
+
+/// The malloc-bench runs of `harness all`: one per thread count, each
+/// workload and allocator a child of its own (on 2 cores here, both runs
+/// together: about 4 s with `--quick`, scale 1, median of 3; else about
+/// 20 s, scale 4, median of 3); every allocator when the preloadable
+/// library is there, else mimalloc and glibc only.
+pub fn malloc_steps(quick: bool, have_preload: bool) -> Vec<Step> {
+    let (scale, repeat) = if quick { ("1", "3") } else { ("4", "3") };
+    let mut s = Vec::new();
+    for t in MALLOC_THREADS {
+        let t = t.to_string();
+        let base = ["--threads", &t, "--scale", scale, "--repeat", repeat];
+        if have_preload {
+            s.push(Step::new("malloc-bench", &base));
+        } else {
+            for a in ["mimalloc", "system"] {
+                let mut args = base.to_vec();
+                args.extend(["--allocator", a]);
+                s.push(Step::new("malloc-bench", &args));
+            }
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,7 +105,8 @@ impl Report {
                     s.push_str(&format!("  {n}: {}\n", fmt_ratio(*r)));
                 }
             }
-            for n in st.notes.iter().filter(|n| n.starts_with("first problem")) {
+            let shown = |n: &&String| n.starts_with("first problem") || n.starts_with("skipped");
+            for n in st.notes.iter().filter(shown) {
                 s.push_str(&format!("  {n}\n"));
             }
         }

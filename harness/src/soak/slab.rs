@@ -109,6 +109,26 @@ unsafe fn write_stamp(p: *mut u8, size: usize, stamp: u64) {
     }
 }
 
+impl SlabThread {
+    /// Stamps a fresh object with this thread's next sequence number and
+    /// holds it.
+    ///
+    /// # Safety
+    /// `p` is a fresh object of `size >= 8` bytes from front `front`.
+    unsafe fn stamp_and_hold(&mut self, p: *mut u8, size: usize, front: usize) {
+        self.seq += 1;
+        let stamp = (self.t as u64) << 48 | self.seq;
+        // SAFETY: the caller's contract.
+        unsafe { write_stamp(p, size, stamp) };
+        self.held.push(Obj {
+            ptr: p as usize,
+            size,
+            front,
+            stamp,
+        });
+    }
+}
+
 impl SlabSoak {
     /// A 256 MiB arena; `threads` tasks on `cpus` slots, migrating at one in
     /// 32 fast-path windows.
@@ -222,18 +242,8 @@ impl SlabSoak {
                 self.fronts[front].alloc(l)
             };
             match got {
-                Ok(p) => {
-                    th.seq += 1;
-                    let stamp = (th.t as u64) << 48 | th.seq;
-                    // SAFETY: a fresh object of at least `size` >= 8 bytes.
-                    unsafe { write_stamp(p.as_ptr(), size, stamp) };
-                    th.held.push(Obj {
-                        ptr: p.as_ptr() as usize,
-                        size,
-                        front,
-                        stamp,
-                    });
-                }
+                // SAFETY: a fresh object of at least `size` >= 8 bytes.
+                Ok(p) => unsafe { th.stamp_and_hold(p.as_ptr(), size, front) },
                 Err(e) => th.tally.violation(|| format!("kmalloc({size}): {e}")),
             }
         } else if !th.held.is_empty() && rng.one_in(8) {

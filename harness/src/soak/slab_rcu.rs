@@ -163,16 +163,8 @@ impl SlabSoak {
         }
         self.bulk.fetch_add(n as u64, Ordering::Relaxed);
         for p in &out[..n] {
-            th.seq += 1;
-            let stamp = (th.t as u64) << 48 | th.seq;
             // SAFETY: a fresh object of the class's `size` bytes.
-            unsafe { write_stamp(p.as_ptr(), size, stamp) };
-            th.held.push(Obj {
-                ptr: p.as_ptr() as usize,
-                size,
-                front,
-                stamp,
-            });
+            unsafe { th.stamp_and_hold(p.as_ptr(), size, front) };
         }
     }
 

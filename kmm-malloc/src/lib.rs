@@ -17,8 +17,9 @@
 //!   and during thread exit. Calls made while the first call is setting the
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are
 //!   served from a static bootstrap arena. `fork` is handled with
-//!   `pthread_atfork` (the per-CPU locks and the region's lock are taken
-//!   around it, so the child finds them free).
+//!   `pthread_atfork`: the per-CPU locks, every lock inside the caches
+//!   ([`Kmalloc::lock_for_fork`]) and the region's lock are taken around
+//!   it, in that order, so the child finds them all free.
 //! * A free that slub-core refuses (double free detected, foreign or
 //!   misaligned pointer, a corrupted freelist) aborts with a message naming
 //!   the pointer and the reason.

@@ -10,13 +10,14 @@ use crate::page_source::SlabPages;
 use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 mod buckets;
 mod deferred;
 #[cfg(not(kmm_loom))]
 mod fork;
 mod krealloc;
+pub(crate) mod large_list;
 mod nolock;
 mod random;
 
@@ -52,8 +53,7 @@ pub struct Kmalloc<K: Platform> {
     large_bytes: AtomicUsize,
     /// Large blocks given to `free_deferred`, waiting for their grace
     /// period (`deferred.rs`).
-    large_deferred: AtomicPtr<deferred::LargeRecord>,
-    large_deferred_count: AtomicUsize,
+    large_deferred: large_list::LargeList<deferred::LargeRecord>,
 }
 
 impl<K: Platform> core::fmt::Debug for Kmalloc<K> {
@@ -111,8 +111,7 @@ where
             caches,
             pages: PlatformMem(mem),
             large_bytes: AtomicUsize::new(0),
-            large_deferred: AtomicPtr::new(core::ptr::null_mut()),
-            large_deferred_count: AtomicUsize::new(0),
+            large_deferred: large_list::LargeList::new(),
         })
     }
 }

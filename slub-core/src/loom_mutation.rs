@@ -20,6 +20,9 @@ pub const BARN_TWO_PHASE: u8 = 4;
 /// Deferred frees go back to their slabs as soon as their batch is handed
 /// over, without waiting for its grace period (a free under a reader).
 pub const DEFERRED_NO_GRACE: u8 = 5;
+/// The deferred large-block list is emptied by a load and a plain store
+/// instead of one swap, so a record pushed in between is lost (a leak).
+pub const LARGE_TAKE_TWO_STEP: u8 = 6;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

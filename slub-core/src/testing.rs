@@ -12,6 +12,10 @@ pub use platform::HostedPlatform;
 #[cfg(feature = "testing")]
 mod epoch;
 
+/// The deferred large-block list, for its loom model.
+#[cfg(kmm_loom)]
+pub use crate::kmalloc::large_list::{LargeList, Linked};
+
 #[cfg(feature = "testing")]
 mod platform {
     use crate::page_source::PageSource;

@@ -20,7 +20,6 @@ use crate::error::{DestroyError, FreeError};
 use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::{NonNull, null_mut};
-use core::sync::atomic::Ordering;
 
 /// A large block waiting for its grace period (a kmalloc object of its own).
 pub(crate) struct LargeRecord {
@@ -28,6 +27,13 @@ pub(crate) struct LargeRecord {
     layout: Layout,
     cookie: u64,
     next: *mut LargeRecord,
+}
+
+impl super::large_list::Linked for LargeRecord {
+    unsafe fn set_next(this: *mut Self, next: *mut Self) {
+        // SAFETY: the caller owns the live record.
+        unsafe { (*this).next = next };
+    }
 }
 
 const RECORD: Layout = Layout::new::<LargeRecord>();
@@ -134,44 +140,21 @@ impl<K: Platform> Kmalloc<K> {
                 next: null_mut(),
             })
         };
-        // Counted before it can be found, so `poll` never undercounts.
-        self.large_deferred_count.fetch_add(1, Ordering::Relaxed);
-        self.push_large(rec);
+        // SAFETY: initialised above, ours; the list owns it from now on.
+        unsafe { self.large_deferred.push_new(rec) };
         self.poll_large(gp);
         Ok(())
-    }
-
-    /// Pushes `rec` on the list of deferred large blocks.
-    fn push_large(&self, rec: *mut LargeRecord) {
-        let mut head = self.large_deferred.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `rec` is owned by the caller until the exchange
-            // below publishes it.
-            unsafe { (*rec).next = head };
-            match self.large_deferred.compare_exchange_weak(
-                head,
-                rec,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(h) => head = h,
-            }
-        }
     }
 
     /// Frees the deferred large blocks whose grace period has elapsed and
     /// puts the others back; returns how many were freed. The whole list
     /// is taken at once, so concurrent callers never see a record twice.
     fn poll_large<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
-        if self.large_deferred.load(Ordering::Relaxed).is_null() {
-            return 0;
-        }
-        let mut list = self.large_deferred.swap(null_mut(), Ordering::Acquire);
+        let mut list = self.large_deferred.take_all();
         let mut freed = 0;
         while let Some(rec) = NonNull::new(list) {
-            // SAFETY: taken off the list (Acquire pairs with the Release of
-            // `push_large`): ours, initialised.
+            // SAFETY: taken off the list (its Acquire pairs with the push's
+            // Release): ours, initialised.
             let r = unsafe { rec.as_ptr().read() };
             list = r.next;
             if gp.elapsed(r.cookie) {
@@ -182,10 +165,11 @@ impl<K: Platform> Kmalloc<K> {
                 // SAFETY: the record came from `alloc(RECORD)` and is no
                 // longer on the list.
                 let _ = unsafe { self.free(rec.cast(), RECORD) };
-                self.large_deferred_count.fetch_sub(1, Ordering::Relaxed);
+                self.large_deferred.done();
                 freed += 1;
             } else {
-                self.push_large(rec.as_ptr());
+                // SAFETY: taken by `take_all` above, ours.
+                unsafe { self.large_deferred.push(rec.as_ptr()) };
             }
         }
         freed
@@ -218,7 +202,7 @@ impl<K: Platform> Kmalloc<K> {
 
     /// Deferred frees of large blocks not yet done.
     pub fn large_deferred_pending(&self) -> usize {
-        self.large_deferred_count.load(Ordering::Relaxed)
+        self.large_deferred.count()
     }
 
     /// `kvfree_rcu_barrier`: waits (with `gp.wait`) until every deferred

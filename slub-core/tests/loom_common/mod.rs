@@ -121,4 +121,5 @@ pub fn destroy_all<D: arch_api::DwCas>(c: loom::sync::Arc<Cache<D>>) {
 }
 
 pub mod deferred;
+pub mod large_list;
 pub mod models;

@@ -20,7 +20,7 @@ impl<K: Platform> KmemCache<K> {
     pub fn lock_for_fork(&self) {
         self.deferred.ring.lock_held();
         self.sheaves.barn().lock_for_fork();
-        self.slabs.node().lock_for_fork();
+        self.slabs.node().list.lock_held();
     }
 
     /// Releases what [`lock_for_fork`](Self::lock_for_fork) took, in the
@@ -32,7 +32,7 @@ impl<K: Platform> KmemCache<K> {
     pub unsafe fn unlock_after_fork(&self) {
         // SAFETY: the caller's contract: each lock is held by `lock_for_fork`.
         unsafe {
-            self.slabs.node().unlock_after_fork();
+            self.slabs.node().list.unlock_held();
             self.sheaves.barn().unlock_after_fork();
             self.deferred.ring.unlock_held();
         }

@@ -115,22 +115,6 @@ impl<R: RawMutex> Node<R> {
         self.list.lock()
     }
 
-    /// `fork`'s prepare: the node lock, held past this call.
-    #[cfg(not(kmm_loom))]
-    pub(crate) fn lock_for_fork(&self) {
-        self.list.lock_held();
-    }
-
-    /// Undoes [`lock_for_fork`](Self::lock_for_fork).
-    ///
-    /// # Safety
-    /// After `lock_for_fork`, as [`Mutex::unlock_held`].
-    #[cfg(not(kmm_loom))]
-    pub(crate) unsafe fn unlock_after_fork(&self) {
-        // SAFETY: forwarded.
-        unsafe { self.list.unlock_held() }
-    }
-
     /// The lock if it is free now (the nolock paths never wait for it).
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, R, PartialList>> {
         self.list.try_lock()

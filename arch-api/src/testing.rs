@@ -12,4 +12,7 @@ pub enum PreemptPoint {
     AllocWindow,
     /// Free fast path: after reading tid and freelist, before the CAS.
     FreeWindow,
+    /// Sheaves push or pop: after reading the main sheaf's size, before
+    /// writing it (a section only a pinned caller may be in).
+    SheafUpdate,
 }

@@ -17,6 +17,9 @@ use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::time::Instant;
 
+mod percpu_nolock;
+mod random_site;
+
 const REPEAT: usize = 5;
 
 /// Allocators compared.
@@ -599,27 +602,37 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
                 }
                 (Some(median(no)), Some(median(fa)))
             });
+        // The same on a backend that pins from any context (LinuxCpus):
+        // there the sheaves serve nolock calls too.
+        let percpu = b
+            .cache(l)
+            .map(|c| percpu_nolock::nolock_vs_ordinary(c.flags(), l.size(), loops, REPEAT));
         // kmalloc pairs with the random copies against without, same
         // front, same run.
         let (rnd, plain) = b.kmalloc().map_or((None, None), |km| {
             let flags = km.caches()[0].flags();
             let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
             let rk = SlubRandom::new(pages, ThreadCpus, flags, cycles()).unwrap();
+            let site = rk.site_here();
             kmalloc_pairs(km, l, 1024);
             kmalloc_rnd_pairs(&rk, l, 1024);
-            let mut on = vec![];
-            let mut off = vec![];
+            random_site::kmalloc_site_pairs(site, l, 1024);
+            let (mut on, mut off, mut at) = (vec![], vec![], vec![]);
             for _ in 0..REPEAT {
                 on.push(kmalloc_rnd_pairs(&rk, l, loops));
                 off.push(kmalloc_pairs(km, l, loops));
+                at.push(random_site::kmalloc_site_pairs(site, l, loops));
             }
-            (Some(median(on)), Some(median(off)))
+            (Some((median(on), median(at))), Some(median(off)))
         });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
             "remote_free_ns": rf, "bulk64_ns": bulk, "single64_ns": single,
             "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
             "nolock_pair_ns": nolock, "cache_pair_ns": fast,
-            "kmalloc_rnd_pair_ns": rnd, "kmalloc_pair_ns": plain});
+            "nolock_pair_linux_cpus_ns": percpu.map(|p| p.0),
+            "cache_pair_linux_cpus_ns": percpu.map(|p| p.1),
+            "kmalloc_rnd_pair_ns": rnd.map(|r| r.0), "kmalloc_site_pair_ns": rnd.map(|r| r.1),
+            "kmalloc_pair_ns": plain});
         if rf.is_none() {
             r["note"] = json!("single-threaded allocator (&mut self): no remote free");
         }

@@ -20,9 +20,11 @@ mod krealloc;
 pub(crate) mod large_list;
 mod nolock;
 mod random;
+mod random_site;
 
 pub use buckets::KmemBuckets;
 pub use random::{NR_RANDOM_COPIES, RandomKmalloc};
+pub use random_site::RandomSite;
 
 /// Smallest class.
 pub const KMALLOC_MIN_SIZE: usize = 8;

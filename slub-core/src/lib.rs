@@ -157,7 +157,7 @@ pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;
 pub use kmalloc::{
     KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, Kmalloc, KmemBuckets, NR_KMALLOC_CLASSES,
-    NR_RANDOM_COPIES, RandomKmalloc, kmalloc_index,
+    NR_RANDOM_COPIES, RandomKmalloc, RandomSite, kmalloc_index,
 };
 pub use page_source::{FramePages, PageSource};
 pub use stats::SlabInfo;

@@ -21,6 +21,7 @@ use core::marker::PhantomData;
 use core::ptr::null_mut;
 
 mod bulk;
+mod nolock;
 
 /// One CPU's sheaves. `main` is never null: without a sheaf it points at
 /// `no_sheaf` (set by [`init_in_place`](Self::init_in_place)), so the fast
@@ -198,6 +199,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         unsafe {
             let main = c.main.get();
             let n = Sheaf::size(main).wrapping_sub(1);
+            #[cfg(any(kmm_loom, feature = "testing"))]
+            slabs
+                .cpus()
+                .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
             if n < self.cap() {
                 Sheaf::set_size(main, n);
                 slabs.stat(cpu, StatItem::AllocFastpath);
@@ -310,6 +315,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         unsafe {
             let main = c.main.get();
             let n = Sheaf::size(main);
+            #[cfg(any(kmm_loom, feature = "testing"))]
+            slabs
+                .cpus()
+                .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
             if n < self.cap() {
                 *Sheaf::slot(main, n) = p;
                 Sheaf::set_size(main, n + 1);

@@ -264,6 +264,53 @@ fn mismatched_frees_are_refused_under_debug() {
     }
 }
 
+/// A site is its key's copy: its objects come from the copy `alloc_caller`
+/// uses for that key, from no other copy's slabs, and either way of freeing
+/// takes them back.
+#[test]
+fn a_site_serves_its_keys_copy() {
+    for flags in FRONTS {
+        let arena = PhysArena::new(ARENA, 4096).unwrap();
+        let pages = ArenaPages::new(&arena);
+        let cpus = cpus();
+        let mut km: RandomKmalloc<P> = RandomKmalloc::new(&pages, &cpus, flags, 0x51e).unwrap();
+        let a = 0xffff_ffff_8100_4321usize;
+        let b = other_caller(&km, a);
+        let (sa, sb) = (km.site(a), km.site(b));
+        for &size in SIZES {
+            let i = kmalloc_index(size, 8).unwrap();
+            let ca = &km.copy_caches()[km.copy_index(a) * NR_KMALLOC_CLASSES + i];
+            assert!(core::ptr::eq(&sa.caches()[i], ca), "the key's copy");
+            let n = count(ca);
+            let xa: Vec<_> = (0..n).map(|_| sa.alloc(l(size)).unwrap()).collect();
+            let xb: Vec<_> = (0..n).map(|_| sb.alloc(l(size)).unwrap()).collect();
+            let slab = ca.slab_bytes();
+            assert!(
+                slabs_of(&xa, slab).is_disjoint(&slabs_of(&xb, slab)),
+                "two sites share a slab"
+            );
+            assert!(ca.nr_slabs() > 0, "served by the key's copy");
+            for (j, p) in xa.into_iter().enumerate() {
+                if j % 2 == 0 {
+                    // SAFETY: allocated above through `sa`, freed once.
+                    unsafe { sa.free(p, l(size)) }.unwrap();
+                } else {
+                    // SAFETY: as above, by the key the site stands for.
+                    unsafe { km.free_caller(p, l(size), a) }.unwrap();
+                }
+            }
+            for p in xb {
+                // SAFETY: allocated above through `sb`, freed once.
+                unsafe { sb.free(p, l(size)) }.unwrap();
+            }
+        }
+        // Destroy refuses live objects: every one came back.
+        km.destroy().unwrap();
+        drop(km);
+        assert_eq!(arena.bytes_in_use(), 0, "everything returned");
+    }
+}
+
 /// Both are shared between CPUs as `Kmalloc` is.
 #[allow(dead_code)]
 fn shareable() {

@@ -88,6 +88,16 @@ unsafe impl CpuLocal for HostedCpus {
         }
         (HostedPin { lock }, id)
     }
+
+    /// One attempt at the CPU's lock: a handler that interrupted the holder
+    /// on this thread finds it taken.
+    fn try_pin_nolock(&self) -> Option<(HostedPin<'_>, usize)> {
+        let id = self.current();
+        let lock = &self.locks[id];
+        lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| (HostedPin { lock }, id))
+    }
 }
 
 #[cfg(test)]

@@ -196,6 +196,13 @@ unsafe impl CpuLocal for LinuxCpus {
         let lock = &self.locks[id];
         lock.try_lock().then(|| (LinuxPin { lock }, id))
     }
+
+    /// The same try-lock: a signal handler that interrupted the holder (on
+    /// this thread or another one on this CPU) finds the lock taken.
+    #[inline(always)]
+    fn try_pin_nolock(&self) -> Option<(LinuxPin<'_>, usize)> {
+        self.try_pin()
+    }
 }
 
 /// The CPU the caller runs on now (possibly `>= nr`; never fails).

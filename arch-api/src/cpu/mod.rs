@@ -32,6 +32,15 @@
 //!   that already run with preemption and allocating interrupts off; the
 //!   hosted thread-as-CPU backend answers `Some` for a thread that owns its
 //!   slot. The sheaves fast path then skips the guard altogether.
+//! * [`try_pin_nolock`](CpuLocal::try_pin_nolock) (optional, default
+//!   `None`): a guard for the `*_nolock` calls, which may run in any
+//!   context, an interrupt or NMI handler that interrupted a holder of this
+//!   CPU's guard included. It must answer `None` rather than wait, and must
+//!   never answer `Some` while the code it interrupted is inside a pinned
+//!   section (guard or `pinned_cpu`) on that CPU id: Linux's
+//!   `local_trylock`, whose flag an NMI finds set. With `Some` the nolock
+//!   calls use the CPU's sheaves; with `None` they use the tid front's
+//!   lockless freelist (a DW-CAS, safe in any context).
 //! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
 //!   by code running on their own CPU. The fast path computes the cell's
 //!   address from [`current_cpu`](CpuLocal::current_cpu) and then runs the
@@ -102,6 +111,16 @@ pub unsafe trait CpuLocal: Sync {
         Some(self.pin())
     }
 
+    /// [`try_pin`](Self::try_pin) from any context (module docs): `None`
+    /// if the CPU's guard is held, by another task or by the code this call
+    /// interrupted, or if the backend cannot tell (the default, right for a
+    /// backend whose fast paths run guard-free through
+    /// [`pinned_cpu`](Self::pinned_cpu)). Never waits.
+    #[inline(always)]
+    fn try_pin_nolock(&self) -> Option<(Self::Guard<'_>, usize)> {
+        None
+    }
+
     /// The current CPU if the caller is pinned to it already, with no guard
     /// needed: until the caller returns, nothing else runs this allocator on
     /// that CPU id (what [`pin`](Self::pin)'s guard would ensure). `None`
@@ -147,6 +166,10 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     #[inline(always)]
     fn try_pin(&self) -> Option<(Self::Guard<'_>, usize)> {
         (**self).try_pin()
+    }
+    #[inline(always)]
+    fn try_pin_nolock(&self) -> Option<(Self::Guard<'_>, usize)> {
+        (**self).try_pin_nolock()
     }
     #[inline(always)]
     fn pinned_cpu(&self) -> Option<usize> {

@@ -221,4 +221,13 @@ unsafe impl CpuLocal for PerCpu {
         let g = IrqGuard::new();
         (g, this_cpu().id)
     }
+
+    /// The IRQ guard again: the only nested context that allocates is the
+    /// tick, which cannot arrive inside a pinned section (IF clear), and this
+    /// kernel has no NMI handler, so nothing can interrupt a holder and
+    /// call in here.
+    #[inline(always)]
+    fn try_pin_nolock(&self) -> Option<(Self::Guard<'_>, usize)> {
+        Some(self.pin())
+    }
 }

@@ -3,24 +3,28 @@
 //! (an interrupt or NMI handler that interrupted the allocator itself, a
 //! tracing hook) that never wait for a lock and never call the page source.
 //!
-//! Allocation takes, in order: the current CPU's freelist (the tid
-//! front's DW-CAS, which any interruption of another operation on the same
-//! cell only makes retry), then one object straight off the first node
-//! partial slab under a *try*-lock. If both fail it returns
-//! [`AllocError::WouldBlock`]; [`Kmalloc::alloc_nolock`](crate::Kmalloc::alloc_nolock)
-//! then tries the next size class up, as Linux retries in another bucket.
-//! The sheaves (plain per-CPU memory under the CPU guard) are never
-//! touched, so a sheaves cache serves nolock calls from the tid front's
-//! CPU slab and the node list.
+//! Allocation takes, in order: on a sheaves cache, the CPU's main sheaf
+//! if the backend can pin from any context
+//! ([`CpuLocal::try_pin_nolock`](crate::CpuLocal::try_pin_nolock), Linux's
+//! `local_trylock`: it fails when the interrupted code holds the CPU's
+//! sheaves); then the current CPU's freelist (the tid front's DW-CAS,
+//! which any interruption of another operation on the same cell only makes
+//! retry); then one object straight off the first node partial slab under
+//! a *try*-lock. If all fail it returns [`AllocError::WouldBlock`];
+//! [`Kmalloc::alloc_nolock`](crate::Kmalloc::alloc_nolock) then tries the
+//! next size class up, as Linux retries in another bucket. A backend that
+//! cannot pin from any context (the default; e.g. `ThreadCpus`, whose
+//! sheaves fast path takes no guard) leaves the sheaves alone.
 //!
-//! A free goes to the CPU freelist when the object is in the CPU slab, else
+//! A free goes to the main sheaf under the same conditions, else to the CPU
+//! freelist when the object is in the CPU slab, else
 //! to its slab's freelist (a try-lock where the slab changes lists). When
 //! that lock is held the object is pushed on the cache's deferred list (a
 //! lock-free stack through the object's free-pointer word), which the next
 //! slow path, `shrink` or `destroy` drains: no free is ever refused for
 //! contention.
 
-use super::{KmemCache, MODE_DESTROYED};
+use super::{KmemCache, MODE_DESTROYED, MODE_SHEAVES};
 use crate::error::{AllocError, FreeError};
 use arch_api::Platform;
 use core::ptr::NonNull;
@@ -49,10 +53,19 @@ impl<K: Platform> KmemCache<K> {
         // As `alloc`: an inlined one-try leaf, then one out-of-line call
         // that reports errors through `err`.
         #[cfg(not(feature = "debug"))]
-        if self.mode.load(Ordering::Relaxed) != MODE_DESTROYED {
-            if let Some(p) = self.tid.alloc_nolock_fast(&self.slabs) {
-                // SAFETY: objects are inside slab memory, never at address 0.
-                return Ok(unsafe { NonNull::new_unchecked(p as *mut u8) });
+        {
+            let mode = self.mode.load(Ordering::Relaxed);
+            if mode == MODE_SHEAVES {
+                if let Some(p) = self.sheaves.alloc_nolock(&self.slabs) {
+                    // SAFETY: objects are inside slab memory, never at 0.
+                    return Ok(unsafe { NonNull::new_unchecked(p as *mut u8) });
+                }
+            }
+            if mode != MODE_DESTROYED {
+                if let Some(p) = self.tid.alloc_nolock_fast(&self.slabs) {
+                    // SAFETY: objects are inside slab memory, never at 0.
+                    return Ok(unsafe { NonNull::new_unchecked(p as *mut u8) });
+                }
             }
         }
         let mut err = AllocError::WouldBlock;
@@ -69,15 +82,24 @@ impl<K: Platform> KmemCache<K> {
 
     /// Every nolock route, with full validation and errors.
     fn alloc_nolock_slow(&self) -> Result<NonNull<u8>, AllocError> {
-        if self.mode.load(Ordering::Relaxed) == MODE_DESTROYED {
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == MODE_DESTROYED {
             return Err(AllocError::Destroyed);
         }
-        let p = match self.tid.alloc_nolock(&self.slabs)? {
+        let sheaf = if mode == MODE_SHEAVES {
+            self.sheaves.alloc_nolock(&self.slabs)
+        } else {
+            None
+        };
+        let p = match sheaf {
             Some(p) => p,
-            None => self
-                .slabs
-                .alloc_partial_nolock()?
-                .ok_or(AllocError::WouldBlock)?,
+            None => match self.tid.alloc_nolock(&self.slabs)? {
+                Some(p) => p,
+                None => self
+                    .slabs
+                    .alloc_partial_nolock()?
+                    .ok_or(AllocError::WouldBlock)?,
+            },
         };
         #[cfg(feature = "debug")]
         crate::hardening::on_alloc(self.slabs.geo(), p)?;
@@ -93,12 +115,16 @@ impl<K: Platform> KmemCache<K> {
     /// As [`free`](Self::free).
     #[inline]
     pub unsafe fn free_nolock(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        if self.mode.load(Ordering::Relaxed) == MODE_DESTROYED {
+        let mode = self.mode.load(Ordering::Relaxed);
+        if mode == MODE_DESTROYED {
             return Err(FreeError::Destroyed);
         }
         let p = ptr.as_ptr() as usize;
         // SAFETY: the caller's contract.
         unsafe { self.check_free_fast(p)? };
+        if mode == MODE_SHEAVES && self.sheaves.free_nolock(&self.slabs, p) {
+            return Ok(());
+        }
         if let Some(r) = self.tid.free_nolock(&self.slabs, p) {
             return r;
         }

@@ -4,6 +4,7 @@
 //! rarely share a slab (heap spraying from one site cannot place its objects
 //! next to another site's). The design and its cost: [`RandomKmalloc`].
 
+use super::random_site::RandomSite;
 use super::{KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index};
 use crate::cache::{CacheFlags, KmemCache};
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
@@ -55,6 +56,10 @@ const NAMES: [[&str; NR_KMALLOC_CLASSES]; NR_RANDOM_COPIES] =
 /// with its per-CPU arrays and partial slabs), and per call about six
 /// instructions (load the key, multiply, shift, load the copy; +12 to +18
 /// per alloc/free pair, BENCHMARKS.md).
+///
+/// A call site that allocates often takes its copy once with
+/// [`site`](Self::site) / [`site_here`](Self::site_here): a [`RandomSite`]
+/// allocates and frees at the cost of a plain [`Kmalloc`] pair.
 ///
 /// Plain [`alloc`](Self::alloc) / [`free`](Self::free) (no caller) use the
 /// general caches, as [`Kmalloc`] does.
@@ -182,6 +187,26 @@ impl<K: Platform> RandomKmalloc<K> {
         // SAFETY: `class < NR_KMALLOC_CLASSES`: one of the copy's caches,
         // initialised and owned by `self`.
         unsafe { &*base.as_ptr().add(class) }
+    }
+
+    /// The copy `caller` selects, as a handle that allocates and frees
+    /// without hashing again ([`RandomSite`]).
+    #[inline(always)]
+    pub fn site(&self, caller: usize) -> RandomSite<'_, K> {
+        let base = self.copies[self.copy_index(caller)];
+        // SAFETY: `base` is the first of the copy's `NR_KMALLOC_CLASSES`
+        // caches, consecutive in `block`, initialised and owned by `self`.
+        let copy = unsafe { &*base.as_ptr().cast::<[KmemCache<K>; NR_KMALLOC_CLASSES]>() };
+        RandomSite::new(copy, &self.general)
+    }
+
+    /// [`site`](Self::site) keyed by the calling line's
+    /// [`Location`](core::panic::Location), the key
+    /// [`alloc_here`](Self::alloc_here) uses on that line.
+    #[track_caller]
+    #[inline(always)]
+    pub fn site_here(&self) -> RandomSite<'_, K> {
+        self.site(core::panic::Location::caller() as *const _ as usize)
     }
 
     /// `kmalloc` from the copy chosen by `caller` (Linux: `_RET_IP_`; any

@@ -74,7 +74,11 @@ unsafe impl CpuLocal for LoomCpus {
         }
     }
 
-    fn preempt_point(&self, _at: PreemptPoint) {
+    fn preempt_point(&self, at: PreemptPoint) {
+        // The tid windows only (the models count them).
+        if at == PreemptPoint::SheafUpdate {
+            return;
+        }
         let t = self.task();
         let n = self.windows[t].fetch_add(1, Ordering::Relaxed);
         let m = self.migrate[t].load(Ordering::Relaxed);

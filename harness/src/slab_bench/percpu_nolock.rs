@@ -51,6 +51,10 @@ pub(super) fn nolock_vs_ordinary(
     loops: usize,
     repeat: usize,
 ) -> (f64, f64) {
+    // The thread stays on the CPU it runs on (a nolock call on a CPU without
+    // a slab or sheaf would be refused: it never refills) and goes back to
+    // its full set afterwards.
+    let _held = HoldCpu::here();
     let pages: &'static SystemPages = Box::leak(Box::new(SystemPages::new()));
     let cpus: &'static LinuxCpus = Box::leak(Box::new(LinuxCpus::new()));
     let c: PerCpuCache = KmemCache::new("nolock-percpu", size, 8, flags, pages, cpus)
@@ -64,4 +68,41 @@ pub(super) fn nolock_vs_ordinary(
         fa.push(cache_pairs_percpu(&c, loops));
     }
     (super::median(no), super::median(fa))
+}
+
+/// The calling thread's CPU affinity narrowed to the CPU it runs on, until
+/// dropped (best effort: on failure the thread may migrate and the rows
+/// abort as before).
+struct HoldCpu(Option<libc::cpu_set_t>);
+
+impl HoldCpu {
+    fn here() -> Self {
+        // SAFETY: plain libc calls on this thread with sets of the right size.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            let sz = std::mem::size_of::<libc::cpu_set_t>();
+            if libc::sched_getaffinity(0, sz, &mut old) != 0 {
+                return Self(None);
+            }
+            let cpu = libc::sched_getcpu();
+            if cpu < 0 {
+                return Self(None);
+            }
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut one);
+            if libc::sched_setaffinity(0, sz, &one) != 0 {
+                return Self(None);
+            }
+            Self(Some(old))
+        }
+    }
+}
+
+impl Drop for HoldCpu {
+    fn drop(&mut self) {
+        if let Some(old) = self.0 {
+            // SAFETY: as in `here`; `old` came from sched_getaffinity.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&old), &old) };
+        }
+    }
 }

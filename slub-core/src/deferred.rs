@@ -15,7 +15,11 @@ use crate::page_source::{PageSource, SlabPages};
 use crate::sync::UnsafeCellPtr;
 use arch_api::sync::{Mutex, RawMutex};
 use core::ptr::null_mut;
+#[cfg(not(kmm_loom))]
+use core::sync::atomic::AtomicBool;
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+#[cfg(kmm_loom)]
+use loom::sync::atomic::AtomicBool;
 
 /// The OS's grace periods (RCU's polled API): what the cache needs to know
 /// that no reader can still see an object.
@@ -71,10 +75,77 @@ impl<G: GracePeriod + ?Sized> GracePeriod for &G {
 /// Batches handed over and waiting for their grace period, per cache.
 pub const MAX_PENDING: usize = 8;
 
-/// One CPU's batch (`rcu_free` sheaf), under that CPU's guard.
+/// Large blocks (over
+/// [`KMALLOC_MAX_CACHE_SIZE`](crate::KMALLOC_MAX_CACHE_SIZE))
+/// deferred by [`Kmalloc::free_deferred`](crate::Kmalloc::free_deferred)
+/// and waiting, at most: as a cache's ring, [`MAX_PENDING`] batches, here
+/// of eight blocks each (a block is at least four pages, so this holds at
+/// least 1 MiB back). When they are all waiting the same rule applies as
+/// for a cache: poll, then `gp.wait` for the oldest, else
+/// [`FreeError::DeferredBacklog`](crate::FreeError::DeferredBacklog).
+pub const MAX_LARGE_PENDING: usize = MAX_PENDING * 8;
+
+/// One CPU's batch (`rcu_free` sheaf), under that CPU's guard and the
+/// line's `busy` flag: the owner CPU holds the flag while it adds to the
+/// batch, and [`flush_deferred`](crate::KmemCache::flush_deferred) on
+/// another CPU takes it with a try-lock to hand the batch over (Linux's
+/// `kvfree_rcu_barrier` drains every CPU's batch). Only deferred frees pay
+/// for the flag; `alloc` and `free` never touch it.
 #[repr(align(64))]
 pub(crate) struct CpuBatch {
     pub(crate) batch: UnsafeCellPtr<Sheaf>,
+    busy: AtomicBool,
+}
+
+impl CpuBatch {
+    /// Takes the flag for the owner CPU (pinned to this line's CPU); spins
+    /// while a flusher on another CPU holds it (briefly: it only moves the
+    /// batch pointer to the ring). A flusher never waits for the owner, so
+    /// an interrupt that flushes on the owner's CPU cannot deadlock: its
+    /// try-lock fails and it leaves the batch.
+    pub(crate) fn lock_owner(&self) -> BatchGuard<'_> {
+        while self.busy.swap(true, Ordering::Acquire) {
+            crate::loom_hooks::spin();
+        }
+        BatchGuard {
+            line: self,
+            held: true,
+        }
+    }
+
+    /// Takes the flag for a flusher, or `None` if the line is busy (its
+    /// owner is adding an object at this moment).
+    pub(crate) fn try_lock(&self) -> Option<BatchGuard<'_>> {
+        if crate::loom_hooks::batch_steal_unlocked() {
+            // Broken variant (loom model): the batch is taken without the
+            // flag, racing the owner.
+            return Some(BatchGuard {
+                line: self,
+                held: false,
+            });
+        }
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| BatchGuard {
+                line: self,
+                held: true,
+            })
+    }
+}
+
+/// The `busy` flag of a line, held; released on drop.
+pub(crate) struct BatchGuard<'a> {
+    line: &'a CpuBatch,
+    held: bool,
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.line.busy.store(false, Ordering::Release);
+        }
+    }
 }
 
 /// The FIFO of handed-over batches and their cookies.
@@ -173,6 +244,7 @@ impl<R: RawMutex> Deferred<R> {
                 unsafe {
                     fresh.add(i).write(CpuBatch {
                         batch: UnsafeCellPtr::null(),
+                        busy: AtomicBool::new(false),
                     })
                 };
             }
@@ -184,8 +256,10 @@ impl<R: RawMutex> Deferred<R> {
             ) {
                 Ok(_) => base = fresh,
                 Err(other) => {
-                    // SAFETY: ours, never published.
+                    // SAFETY: ours, never published; the lines were
+                    // initialised above.
                     unsafe {
+                        core::ptr::slice_from_raw_parts_mut(fresh, self.nr_cpus).drop_in_place();
                         pages.free_pages(core::ptr::NonNull::new_unchecked(fresh.cast()), bytes)
                     };
                     base = other;
@@ -222,8 +296,12 @@ impl<R: RawMutex> Deferred<R> {
     pub(crate) unsafe fn release<P: PageSource>(&self, pages: &P) {
         let base = self.lines.swap(null_mut(), Ordering::AcqRel);
         if let Some(b) = core::ptr::NonNull::new(base) {
-            // SAFETY: allocated in `line` with this size; unused (contract).
-            unsafe { pages.free_pages(b.cast(), self.lines_bytes(pages)) };
+            // SAFETY: allocated and initialised in `line` with this size;
+            // unused (contract).
+            unsafe {
+                core::ptr::slice_from_raw_parts_mut(base, self.nr_cpus).drop_in_place();
+                pages.free_pages(b.cast(), self.lines_bytes(pages));
+            }
         }
     }
 }

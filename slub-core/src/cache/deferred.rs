@@ -119,8 +119,10 @@ impl<K: Platform> KmemCache<K> {
         let Some(line) = self.deferred.line(pages, cpu) else {
             return Defer::NoMemory;
         };
-        // SAFETY: pinned to `cpu`, so its batch is ours; a batch is a live
-        // sheaf of the barn with `cap` slots.
+        let _busy = line.lock_owner();
+        // SAFETY: pinned to `cpu` and holding the line's flag (a flusher on
+        // another CPU leaves it alone), so its batch is ours; a batch is a
+        // live sheaf of the barn with `cap` slots.
         unsafe {
             let mut b = line.batch.get();
             if !b.is_null() && Sheaf::size(b) >= cap {
@@ -142,6 +144,7 @@ impl<K: Platform> KmemCache<K> {
             }
             let n = Sheaf::size(b);
             *Sheaf::slot(b, n) = p;
+            crate::loom_hooks::batch_add_window();
             Sheaf::set_size(b, n + 1);
             self.deferred.add(1);
             self.slabs.stat(cpu, crate::stats::StatItem::FreeRcuSheaf);
@@ -202,19 +205,26 @@ impl<K: Platform> KmemCache<K> {
         }
     }
 
-    /// Hands the calling CPU's partial batch over (so that it does not
-    /// wait for more objects), then frees what has elapsed. Returns the
-    /// objects still pending in the cache.
+    /// Hands every CPU's partial batch over (so that none waits for more
+    /// objects; Linux's `kvfree_rcu_barrier` drains every CPU's batch),
+    /// then frees what has elapsed. Returns the objects still pending in
+    /// the cache. A CPU adding to its batch at this very moment keeps it
+    /// (the line's flag is only tried, never waited for): its objects are
+    /// counted as pending and go with its next full batch or flush.
     pub fn flush_deferred<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
-        {
-            let (_g, cpu) = self.slabs.cpus().pin();
-            if let Some(line) = self.deferred.line_if_any(cpu) {
-                // SAFETY: pinned to `cpu`: its batch is ours.
-                unsafe {
-                    let b = line.batch.get();
-                    if !b.is_null() && Sheaf::size(b) != 0 && self.hand_over(b, gp).is_ok() {
-                        line.batch.set(null_mut());
-                    }
+        for cpu in 0..self.nr_cpus {
+            let Some(line) = self.deferred.line_if_any(cpu) else {
+                break;
+            };
+            let Some(_busy) = line.try_lock() else {
+                continue;
+            };
+            // SAFETY: the line's flag is held: neither its owner nor
+            // another flusher touches the batch until it is released.
+            unsafe {
+                let b = line.batch.get();
+                if !b.is_null() && Sheaf::size(b) != 0 && self.hand_over(b, gp).is_ok() {
+                    line.batch.set(null_mut());
                 }
             }
         }

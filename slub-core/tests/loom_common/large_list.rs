@@ -1,6 +1,7 @@
 //! (6) The deferred large-block list of `Kmalloc::free_deferred`: one
-//! thread pushes a record while another takes the whole list, frees one
-//! kind of record and puts the others back. Every record must end freed
+//! thread reserves a place (bound 2) and pushes a record while another
+//! takes the whole list, frees one kind of record and puts the others back
+//! as one chain. Every record must end freed
 //! once or still on the list, and the count must match.
 
 use loom::sync::Arc;
@@ -30,9 +31,10 @@ fn rec(id: usize) -> usize {
 }
 
 /// Takes the whole list: frees (reports) the records `free` picks,
-/// puts the others back.
+/// puts the others back as one chain (as `Kmalloc`'s poll does).
 fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
     let mut freed = Vec::new();
+    let (mut first, mut last) = (std::ptr::null_mut::<Rec>(), std::ptr::null_mut::<Rec>());
     let mut p = list.take_all();
     let mut seen = 0;
     while !p.is_null() {
@@ -50,10 +52,19 @@ fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
             list.done();
             freed.push(id);
         } else {
-            // SAFETY: ours (taken above).
-            unsafe { list.push(p) };
+            if last.is_null() {
+                first = p;
+            } else {
+                // SAFETY: `last` is ours (kept above).
+                unsafe { (*last).next = p };
+            }
+            last = p;
         }
         p = next;
+    }
+    if !last.is_null() {
+        // SAFETY: the chain `first`..`last` is ours (taken above).
+        unsafe { list.push_chain(first, last) };
     }
     freed
 }
@@ -62,13 +73,16 @@ pub fn take_while_pushing() {
     loom::model(|| {
         let list = Arc::new(LargeList::<Rec>::new());
         // Record 2 (kept by the poller) is on the list before the threads.
-        // SAFETY: a fresh record; the list owns it.
-        unsafe { list.push_new(rec(2) as *mut Rec) };
+        assert_eq!(list.try_reserve(2), Ok(0));
+        // SAFETY: a fresh record, its place reserved; the list owns it.
+        unsafe { list.push(rec(2) as *mut Rec) };
         let pusher = {
             let list = list.clone();
             loom::thread::spawn(move || {
-                // SAFETY: a fresh record; the list owns it.
-                unsafe { list.push_new(rec(1) as *mut Rec) };
+                // Bound 2: record 2 and this one.
+                assert!(list.try_reserve(2).is_ok(), "broken list: bound");
+                // SAFETY: a fresh record, its place reserved; the list owns it.
+                unsafe { list.push(rec(1) as *mut Rec) };
             })
         };
         let poller = {

@@ -12,14 +12,13 @@
 
 use crate::barn::Sheaf;
 use crate::page_source::{PageSource, SlabPages};
-use crate::sync::UnsafeCellPtr;
 use arch_api::sync::{Mutex, RawMutex};
 use core::ptr::null_mut;
+use core::sync::atomic::AtomicUsize;
 #[cfg(not(kmm_loom))]
-use core::sync::atomic::AtomicBool;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 #[cfg(kmm_loom)]
-use loom::sync::atomic::AtomicBool;
+use loom::sync::atomic::{AtomicPtr, Ordering};
 
 /// The OS's grace periods (RCU's polled API): what the cache needs to know
 /// that no reader can still see an object.
@@ -85,66 +84,47 @@ pub const MAX_PENDING: usize = 8;
 /// [`FreeError::DeferredBacklog`](crate::FreeError::DeferredBacklog).
 pub const MAX_LARGE_PENDING: usize = MAX_PENDING * 8;
 
-/// One CPU's batch (`rcu_free` sheaf), under that CPU's guard and the
-/// line's `busy` flag: the owner CPU holds the flag while it adds to the
-/// batch, and [`flush_deferred`](crate::KmemCache::flush_deferred) on
-/// another CPU takes it with a try-lock to hand the batch over (Linux's
-/// `kvfree_rcu_barrier` drains every CPU's batch). Only deferred frees pay
-/// for the flag; `alloc` and `free` never touch it.
+/// One CPU's batch (`rcu_free` sheaf). Its owner CPU, pinned, takes the
+/// batch out of the line (an atomic swap with null) to add an object and
+/// puts it back; [`flush_deferred`](crate::KmemCache::flush_deferred) on
+/// any CPU takes it out the same way to hand it over (Linux's
+/// `kvfree_rcu_barrier` drains every CPU's batch). Whoever took it owns it
+/// alone; one that finds the line empty leaves it (the owner is adding to
+/// the batch at that moment). Nobody waits for anybody, and only deferred
+/// frees pay for the two atomics: `alloc` and `free` never touch them.
 #[repr(align(64))]
 pub(crate) struct CpuBatch {
-    pub(crate) batch: UnsafeCellPtr<Sheaf>,
-    busy: AtomicBool,
+    batch: AtomicPtr<Sheaf>,
 }
 
 impl CpuBatch {
-    /// Takes the flag for the owner CPU (pinned to this line's CPU); spins
-    /// while a flusher on another CPU holds it (briefly: it only moves the
-    /// batch pointer to the ring). A flusher never waits for the owner, so
-    /// an interrupt that flushes on the owner's CPU cannot deadlock: its
-    /// try-lock fails and it leaves the batch.
-    pub(crate) fn lock_owner(&self) -> BatchGuard<'_> {
-        while self.busy.swap(true, Ordering::Acquire) {
-            crate::loom_hooks::spin();
-        }
-        BatchGuard {
-            line: self,
-            held: true,
-        }
+    /// Takes the batch out (null if none, or if a flusher has it).
+    pub(crate) fn take(&self) -> *mut Sheaf {
+        self.batch.swap(null_mut(), Ordering::Acquire)
     }
 
-    /// Takes the flag for a flusher, or `None` if the line is busy (its
-    /// owner is adding an object at this moment).
-    pub(crate) fn try_lock(&self) -> Option<BatchGuard<'_>> {
-        if crate::loom_hooks::batch_steal_unlocked() {
-            // Broken variant (loom model): the batch is taken without the
-            // flag, racing the owner.
-            return Some(BatchGuard {
-                line: self,
-                held: false,
-            });
-        }
-        self.busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| BatchGuard {
-                line: self,
-                held: true,
-            })
+    /// Puts the batch taken with [`take`](Self::take) back (owner only:
+    /// no one else puts a batch into a line, so it is still empty). A swap,
+    /// not a plain store: ordered after a flusher's swap that found the
+    /// line empty meanwhile (loom orders a plain store by causality alone
+    /// and could put it before that swap).
+    pub(crate) fn put(&self, b: *mut Sheaf) {
+        let was = self.batch.swap(b, Ordering::AcqRel);
+        debug_assert!(was.is_null(), "a deferred batch put into a full line");
     }
-}
 
-/// The `busy` flag of a line, held; released on drop.
-pub(crate) struct BatchGuard<'a> {
-    line: &'a CpuBatch,
-    held: bool,
-}
-
-impl Drop for BatchGuard<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            self.line.busy.store(false, Ordering::Release);
+    /// [`take`](Self::take) for a flusher (another CPU's line).
+    pub(crate) fn steal(&self) -> *mut Sheaf {
+        #[cfg(kmm_loom)]
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::BATCH_STEAL_TWO_STEP) {
+            // Broken variant: read, then emptied by a plain store; the
+            // owner may have taken the batch in between.
+            let b = self.batch.load(Ordering::Acquire);
+            loom::thread::yield_now();
+            self.batch.store(null_mut(), Ordering::Relaxed);
+            return b;
         }
+        self.take()
     }
 }
 
@@ -243,8 +223,7 @@ impl<R: RawMutex> Deferred<R> {
                 // SAFETY: a fresh page-aligned block of `nr_cpus` lines.
                 unsafe {
                     fresh.add(i).write(CpuBatch {
-                        batch: UnsafeCellPtr::null(),
-                        busy: AtomicBool::new(false),
+                        batch: AtomicPtr::new(null_mut()),
                     })
                 };
             }

@@ -61,29 +61,10 @@ pub(crate) fn deferred_no_grace() -> bool {
     false
 }
 
-/// Whether a flusher takes another CPU's deferred batch without its flag.
-#[inline(always)]
-pub(crate) fn batch_steal_unlocked() -> bool {
-    #[cfg(kmm_loom)]
-    if MUTATION.active(m::BATCH_STEAL_UNLOCKED) {
-        return true;
-    }
-    false
-}
-
 /// Inside the owner's update of its deferred batch: a scheduling point for
-/// loom (so a flusher that ignores the flag can interleave), nothing else.
+/// loom (so a flusher that takes the batch in two steps can interleave), nothing else.
 #[inline(always)]
 pub(crate) fn batch_add_window() {
     #[cfg(kmm_loom)]
     loom::thread::yield_now();
-}
-
-/// One round of a spin-wait (loom: let the holder run).
-#[inline(always)]
-pub(crate) fn spin() {
-    #[cfg(kmm_loom)]
-    loom::thread::yield_now();
-    #[cfg(not(kmm_loom))]
-    core::hint::spin_loop();
 }

@@ -13,6 +13,13 @@
 //! caller waits for a grace period of its own (`gp.wait`, as Linux's
 //! `kvfree_rcu` falls back to `synchronize_rcu` when it has no page for
 //! its batch) or gets [`FreeError::DeferredBacklog`] if it cannot wait.
+//!
+//! The list holds [`MAX_LARGE_PENDING`] records at most; a free that finds
+//! it full polls, then waits for the oldest record's grace period if `gp`
+//! can wait, else is refused with [`FreeError::DeferredBacklog`] (the
+//! block stays the caller's). A free asks `gp.elapsed` once, for the
+//! oldest record's cookie, and walks the list only when that has elapsed:
+//! under a long grace period `n` frees cost `n` calls, not `n²/2`.
 
 use super::{Kmalloc, kmalloc_index};
 use crate::deferred::{GracePeriod, MAX_LARGE_PENDING};
@@ -48,8 +55,8 @@ impl<K: Platform> Kmalloc<K> {
     /// [`KmemCache::free_deferred`](crate::KmemCache::free_deferred) for
     /// the batching and the pending bound, and when
     /// [`FreeError::DeferredBacklog`] is returned); a large block is
-    /// deferred as well, through a small record allocated from these caches
-    /// (module docs). Deferred frees complete when
+    /// deferred as well, through a small record allocated from these caches,
+    /// at most [`MAX_LARGE_PENDING`] at once (module docs). Deferred frees complete when
     /// [`poll_deferred`](Self::poll_deferred) or
     /// [`flush_deferred`](Self::flush_deferred) (or a later deferred free)
     /// finds their grace period over; [`destroy`](Self::destroy) refuses

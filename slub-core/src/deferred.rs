@@ -78,8 +78,8 @@ pub const MAX_PENDING: usize = 8;
 /// [`KMALLOC_MAX_CACHE_SIZE`](crate::KMALLOC_MAX_CACHE_SIZE))
 /// deferred by [`Kmalloc::free_deferred`](crate::Kmalloc::free_deferred)
 /// and waiting, at most: as a cache's ring, [`MAX_PENDING`] batches, here
-/// of eight blocks each (a block is at least four pages, so this holds at
-/// least 1 MiB back). When they are all waiting the same rule applies as
+/// of eight blocks each (a block is over four pages, so this holds over
+/// 1 MiB back). When they are all waiting the same rule applies as
 /// for a cache: poll, then `gp.wait` for the oldest, else
 /// [`FreeError::DeferredBacklog`](crate::FreeError::DeferredBacklog).
 pub const MAX_LARGE_PENDING: usize = MAX_PENDING * 8;

@@ -55,9 +55,9 @@ impl<K: Platform> Kmalloc<K> {
     /// [`KmemCache::free_deferred`](crate::KmemCache::free_deferred) for
     /// the batching and the pending bound, and when
     /// [`FreeError::DeferredBacklog`] is returned); a large block is
-    /// deferred as well, through a small record allocated from these caches,
-    /// at most [`MAX_LARGE_PENDING`] at once (module docs). Deferred frees complete when
-    /// [`poll_deferred`](Self::poll_deferred) or
+    /// deferred as well, through a small record allocated from these
+    /// caches, at most [`MAX_LARGE_PENDING`] at once (module docs).
+    /// Deferred frees complete when [`poll_deferred`](Self::poll_deferred) or
     /// [`flush_deferred`](Self::flush_deferred) (or a later deferred free)
     /// finds their grace period over; [`destroy`](Self::destroy) refuses
     /// while any are pending and [`destroy_deferred`](Self::destroy_deferred)

@@ -1,8 +1,8 @@
 //! (6) The deferred large-block list of `Kmalloc::free_deferred`: one
-//! thread reserves a place (bound 2) and pushes a record while another
+//! thread reserves a place (bound 3) and pushes a record while another
 //! takes the whole list, frees one kind of record and puts the others back
-//! as one chain. Every record must end freed
-//! once or still on the list, and the count must match.
+//! as one chain. Every record must end freed once or still on the list,
+//! and the count must match.
 
 use loom::sync::Arc;
 use slub_core::testing::{LargeList, Linked};
@@ -40,7 +40,7 @@ fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
     while !p.is_null() {
         seen += 1;
         assert!(
-            seen <= 2,
+            seen <= 3,
             "broken list: a cycle (a record linked to itself)"
         );
         // SAFETY: taken off the list: ours until freed or pushed back.
@@ -72,15 +72,25 @@ fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
 pub fn take_while_pushing() {
     loom::model(|| {
         let list = Arc::new(LargeList::<Rec>::new());
-        // Record 2 (kept by the poller) is on the list before the threads.
-        assert_eq!(list.try_reserve(2), Ok(0));
-        // SAFETY: a fresh record, its place reserved; the list owns it.
-        unsafe { list.push(rec(2) as *mut Rec) };
+        // Records 2 and 4 (kept by the poller, put back as a chain of two)
+        // are on the list before the threads.
+        for (id, before) in [(2, 0), (4, 1)] {
+            assert_eq!(list.try_reserve(3), Ok(before));
+            // SAFETY: a fresh record, its place reserved; the list owns it.
+            unsafe { list.push(rec(id) as *mut Rec) };
+        }
+        // The bound holds a third place, not a fourth.
+        assert_eq!(list.try_reserve(2), Err(2), "broken list: bound");
+        assert_eq!(list.try_reserve(4), Ok(2));
+        assert_eq!(list.try_reserve(4), Ok(3));
+        assert_eq!(list.try_reserve(4), Err(4), "broken list: bound");
+        list.unreserve();
+        list.unreserve();
         let pusher = {
             let list = list.clone();
             loom::thread::spawn(move || {
-                // Bound 2: record 2 and this one.
-                assert!(list.try_reserve(2).is_ok(), "broken list: bound");
+                // Bound 3: records 2, 4 and this one.
+                assert!(list.try_reserve(3).is_ok(), "broken list: bound");
                 // SAFETY: a fresh record, its place reserved; the list owns it.
                 unsafe { list.push(rec(1) as *mut Rec) };
             })
@@ -102,9 +112,12 @@ pub fn take_while_pushing() {
         );
         assert_eq!(
             all,
-            BTreeSet::from([1, 2]),
+            BTreeSet::from([1, 2, 4]),
             "broken list: a record lost: freed {freed:?}, left {left:?}"
         );
-        assert!(!freed.contains(&2), "record 2 is kept by the poller");
+        assert!(
+            !freed.contains(&2) && !freed.contains(&4),
+            "records 2 and 4 are kept by the poller"
+        );
     });
 }

@@ -12,10 +12,13 @@
 
 use crate::barn::Sheaf;
 use crate::page_source::{PageSource, SlabPages};
-use crate::sync::UnsafeCellPtr;
 use arch_api::sync::{Mutex, RawMutex};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::AtomicUsize;
+#[cfg(not(kmm_loom))]
+use core::sync::atomic::{AtomicPtr, Ordering};
+#[cfg(kmm_loom)]
+use loom::sync::atomic::{AtomicPtr, Ordering};
 
 /// The OS's grace periods (RCU's polled API): what the cache needs to know
 /// that no reader can still see an object.
@@ -71,10 +74,58 @@ impl<G: GracePeriod + ?Sized> GracePeriod for &G {
 /// Batches handed over and waiting for their grace period, per cache.
 pub const MAX_PENDING: usize = 8;
 
-/// One CPU's batch (`rcu_free` sheaf), under that CPU's guard.
+/// Large blocks (over
+/// [`KMALLOC_MAX_CACHE_SIZE`](crate::KMALLOC_MAX_CACHE_SIZE))
+/// deferred by [`Kmalloc::free_deferred`](crate::Kmalloc::free_deferred)
+/// and waiting, at most: as a cache's ring, [`MAX_PENDING`] batches, here
+/// of eight blocks each (a block is over four pages, so this holds over
+/// 1 MiB back). When they are all waiting the same rule applies as
+/// for a cache: poll, then `gp.wait` for the oldest, else
+/// [`FreeError::DeferredBacklog`](crate::FreeError::DeferredBacklog).
+pub const MAX_LARGE_PENDING: usize = MAX_PENDING * 8;
+
+/// One CPU's batch (`rcu_free` sheaf). Its owner CPU, pinned, takes the
+/// batch out of the line (an atomic swap with null) to add an object and
+/// puts it back; [`flush_deferred`](crate::KmemCache::flush_deferred) on
+/// any CPU takes it out the same way to hand it over (Linux's
+/// `kvfree_rcu_barrier` drains every CPU's batch). Whoever took it owns it
+/// alone; one that finds the line empty leaves it (the owner is adding to
+/// the batch at that moment). Nobody waits for anybody, and only deferred
+/// frees pay for the two atomics: `alloc` and `free` never touch them.
 #[repr(align(64))]
 pub(crate) struct CpuBatch {
-    pub(crate) batch: UnsafeCellPtr<Sheaf>,
+    batch: AtomicPtr<Sheaf>,
+}
+
+impl CpuBatch {
+    /// Takes the batch out (null if none, or if a flusher has it).
+    pub(crate) fn take(&self) -> *mut Sheaf {
+        self.batch.swap(null_mut(), Ordering::Acquire)
+    }
+
+    /// Puts the batch taken with [`take`](Self::take) back (owner only:
+    /// no one else puts a batch into a line, so it is still empty). A swap,
+    /// not a plain store: ordered after a flusher's swap that found the
+    /// line empty meanwhile (loom orders a plain store by causality alone
+    /// and could put it before that swap).
+    pub(crate) fn put(&self, b: *mut Sheaf) {
+        let was = self.batch.swap(b, Ordering::AcqRel);
+        debug_assert!(was.is_null(), "a deferred batch put into a full line");
+    }
+
+    /// [`take`](Self::take) for a flusher (another CPU's line).
+    pub(crate) fn steal(&self) -> *mut Sheaf {
+        #[cfg(kmm_loom)]
+        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::BATCH_STEAL_TWO_STEP) {
+            // Broken variant: read, then emptied by a plain store; the
+            // owner may have taken the batch in between.
+            let b = self.batch.load(Ordering::Acquire);
+            loom::thread::yield_now();
+            self.batch.store(null_mut(), Ordering::Relaxed);
+            return b;
+        }
+        self.take()
+    }
 }
 
 /// The FIFO of handed-over batches and their cookies.
@@ -172,7 +223,7 @@ impl<R: RawMutex> Deferred<R> {
                 // SAFETY: a fresh page-aligned block of `nr_cpus` lines.
                 unsafe {
                     fresh.add(i).write(CpuBatch {
-                        batch: UnsafeCellPtr::null(),
+                        batch: AtomicPtr::new(null_mut()),
                     })
                 };
             }
@@ -184,8 +235,10 @@ impl<R: RawMutex> Deferred<R> {
             ) {
                 Ok(_) => base = fresh,
                 Err(other) => {
-                    // SAFETY: ours, never published.
+                    // SAFETY: ours, never published; the lines were
+                    // initialised above.
                     unsafe {
+                        core::ptr::slice_from_raw_parts_mut(fresh, self.nr_cpus).drop_in_place();
                         pages.free_pages(core::ptr::NonNull::new_unchecked(fresh.cast()), bytes)
                     };
                     base = other;
@@ -222,8 +275,12 @@ impl<R: RawMutex> Deferred<R> {
     pub(crate) unsafe fn release<P: PageSource>(&self, pages: &P) {
         let base = self.lines.swap(null_mut(), Ordering::AcqRel);
         if let Some(b) = core::ptr::NonNull::new(base) {
-            // SAFETY: allocated in `line` with this size; unused (contract).
-            unsafe { pages.free_pages(b.cast(), self.lines_bytes(pages)) };
+            // SAFETY: allocated and initialised in `line` with this size;
+            // unused (contract).
+            unsafe {
+                core::ptr::slice_from_raw_parts_mut(base, self.nr_cpus).drop_in_place();
+                pages.free_pages(b.cast(), self.lines_bytes(pages));
+            }
         }
     }
 }

@@ -60,3 +60,11 @@ pub(crate) fn deferred_no_grace() -> bool {
     }
     false
 }
+
+/// Inside the owner's update of its deferred batch: a scheduling point for
+/// loom (so a flusher that takes the batch in two steps can interleave), nothing else.
+#[inline(always)]
+pub(crate) fn batch_add_window() {
+    #[cfg(kmm_loom)]
+    loom::thread::yield_now();
+}

@@ -23,6 +23,10 @@ pub const DEFERRED_NO_GRACE: u8 = 5;
 /// The deferred large-block list is emptied by a load and a plain store
 /// instead of one swap, so a record pushed in between is lost (a leak).
 pub const LARGE_TAKE_TWO_STEP: u8 = 6;
+/// `flush_deferred` takes another CPU's partial deferred batch by a load
+/// and a plain store instead of one swap, so it can hand over a batch its
+/// owner has taken out and is adding to (an object lost or freed twice).
+pub const BATCH_STEAL_TWO_STEP: u8 = 7;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

@@ -8,9 +8,16 @@
 use arch_api::PhysArena;
 use core::alloc::Layout;
 use slub_core::testing::{EpochGracePeriod, HostedPlatform, NoWait};
-use slub_core::{ArenaPages, CacheFlags, DestroyError, FreeError, Kmalloc, ThreadCpus};
+use slub_core::{
+    ArenaPages, CacheFlags, DestroyError, FreeError, GracePeriod, KMALLOC_MAX_CACHE_SIZE, Kmalloc,
+    MAX_LARGE_PENDING, ThreadCpus,
+};
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 
 type Km<'a> = Kmalloc<HostedPlatform<&'a ArenaPages<'a>, ThreadCpus>>;
 
@@ -355,4 +362,206 @@ fn stats_count_deferred_frees() {
     let st = k.caches()[4].stats();
     assert_eq!(st.get(slub_core::StatItem::FreeRcuSheaf), 2);
     k.destroy_deferred(&gp).unwrap();
+}
+
+/// The smallest large block (five pages): the bound's worth fits the arena.
+fn smallest_large() -> Layout {
+    Layout::from_size_align(KMALLOC_MAX_CACHE_SIZE + 1, 8).unwrap()
+}
+
+/// The epoch grace period, counting `elapsed` calls.
+struct Counting<'a> {
+    gp: &'a EpochGracePeriod,
+    elapsed: Cell<usize>,
+}
+
+impl GracePeriod for Counting<'_> {
+    fn start(&self) -> u64 {
+        self.gp.start()
+    }
+    fn elapsed(&self, cookie: u64) -> bool {
+        self.elapsed.set(self.elapsed.get() + 1);
+        self.gp.elapsed(cookie)
+    }
+    fn wait(&self, cookie: u64) -> bool {
+        self.gp.wait(cookie)
+    }
+}
+
+#[test]
+fn large_frees_under_a_long_grace_period_cost_one_elapsed_each() {
+    for flags in FRONTS {
+        let a = arena();
+        let pages = ArenaPages::new(&a);
+        let mut k = km(&pages, flags);
+        let gp = EpochGracePeriod::new();
+        let counting = Counting {
+            gp: &gp,
+            elapsed: Cell::new(0),
+        };
+        let l = smallest_large();
+        let n = MAX_LARGE_PENDING;
+        let blocks: Vec<_> = (0..n).map(|_| k.alloc(l).unwrap()).collect();
+        let reader = gp.read();
+        for &p in &blocks {
+            // SAFETY: allocated above with `l`, unpublished, freed once.
+            unsafe { k.free_deferred(p, l, &counting) }.unwrap();
+        }
+        let asked = counting.elapsed.get();
+        // Walking the list on every free asks n(n+1)/2 = 2080 times.
+        assert!(
+            asked <= 2 * n,
+            "{flags:?}: {asked} `elapsed` calls for {n} frees"
+        );
+        assert_eq!(k.large_deferred_pending(), n, "{flags:?}");
+        drop(reader);
+        assert_eq!(k.poll_deferred(&gp), n, "{flags:?}");
+        k.destroy().unwrap();
+        assert_eq!(a.frames_in_use(), 0, "{flags:?}");
+    }
+}
+
+#[test]
+fn the_large_bound_refuses_a_caller_that_cannot_wait() {
+    for flags in FRONTS {
+        let a = arena();
+        let pages = ArenaPages::new(&a);
+        let mut k = km(&pages, flags);
+        let gp = EpochGracePeriod::new();
+        let nowait = NoWait(&gp);
+        let l = smallest_large();
+        let blocks: Vec<_> = (0..MAX_LARGE_PENDING)
+            .map(|_| k.alloc(l).unwrap())
+            .collect();
+        let extra = k.alloc(l).unwrap();
+        let reader = gp.read();
+        for &p in &blocks {
+            // SAFETY: allocated above with `l`, unpublished, freed once.
+            unsafe { k.free_deferred(p, l, &nowait) }.unwrap();
+        }
+        let used = a.frames_in_use();
+        // SAFETY: allocated above with `l`; refused below, so still ours.
+        let r = unsafe { k.free_deferred(extra, l, &nowait) };
+        assert_eq!(
+            r,
+            Err(FreeError::DeferredBacklog {
+                pending: MAX_LARGE_PENDING
+            }),
+            "{flags:?}"
+        );
+        assert_eq!(a.frames_in_use(), used, "{flags:?}: freed early");
+        assert_eq!(k.large_deferred_pending(), MAX_LARGE_PENDING, "{flags:?}");
+        // Still the caller's: writable.
+        // SAFETY: `extra` is a live block of `l.size()` bytes.
+        unsafe { extra.as_ptr().write_bytes(MARK, l.size()) };
+        drop(reader);
+        // SAFETY: as above; the grace period of the others is over now.
+        unsafe { k.free_deferred(extra, l, &nowait) }.unwrap();
+        assert_eq!(k.flush_deferred(&gp), 0, "{flags:?}");
+        k.destroy().unwrap();
+        assert_eq!(a.frames_in_use(), 0, "{flags:?}");
+    }
+}
+
+/// The epoch grace period; its first `wait` lets the reader thread leave.
+struct LetsReaderLeave<'a> {
+    gp: &'a EpochGracePeriod,
+    leave: Mutex<Option<mpsc::Sender<()>>>,
+    waits: AtomicUsize,
+}
+
+impl GracePeriod for LetsReaderLeave<'_> {
+    fn start(&self) -> u64 {
+        self.gp.start()
+    }
+    fn elapsed(&self, cookie: u64) -> bool {
+        self.gp.elapsed(cookie)
+    }
+    fn wait(&self, cookie: u64) -> bool {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        if let Some(tx) = self.leave.lock().unwrap().take() {
+            tx.send(()).unwrap();
+        }
+        self.gp.wait(cookie)
+    }
+}
+
+#[test]
+fn the_large_bound_waits_for_a_grace_period_when_it_may() {
+    for flags in FRONTS {
+        let a = arena();
+        let pages = ArenaPages::new(&a);
+        let mut k = km(&pages, flags);
+        let gp = EpochGracePeriod::new();
+        let (leave_tx, leave_rx) = mpsc::channel();
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let waiting = LetsReaderLeave {
+            gp: &gp,
+            leave: Mutex::new(Some(leave_tx)),
+            waits: AtomicUsize::new(0),
+        };
+        let l = smallest_large();
+        let blocks: Vec<_> = (0..=MAX_LARGE_PENDING)
+            .map(|_| k.alloc(l).unwrap())
+            .collect();
+        std::thread::scope(|s| {
+            let gp = &gp;
+            s.spawn(move || {
+                let reader = gp.read();
+                inside_tx.send(()).unwrap();
+                leave_rx.recv().unwrap();
+                drop(reader);
+            });
+            inside_rx.recv().unwrap();
+            for &p in &blocks[..MAX_LARGE_PENDING] {
+                // SAFETY: allocated above with `l`, unpublished, freed once.
+                unsafe { k.free_deferred(p, l, &waiting) }.unwrap();
+            }
+            assert_eq!(waiting.waits.load(Ordering::Relaxed), 0, "{flags:?}");
+            let full = a.frames_in_use();
+            // At the bound: waits for the reader, then frees the others.
+            // SAFETY: as above.
+            unsafe { k.free_deferred(blocks[MAX_LARGE_PENDING], l, &waiting) }.unwrap();
+            assert_eq!(waiting.waits.load(Ordering::Relaxed), 1, "{flags:?}");
+            assert!(k.large_deferred_pending() <= 1, "{flags:?}");
+            assert!(a.frames_in_use() < full, "{flags:?}: nothing freed");
+        });
+        k.destroy_deferred(&gp).unwrap();
+        assert_eq!(a.frames_in_use(), 0, "{flags:?}");
+    }
+}
+
+#[test]
+fn flush_hands_over_every_cpus_batch() {
+    for flags in FRONTS {
+        let a = arena();
+        let pages = ArenaPages::new(&a);
+        let mut k = km(&pages, flags);
+        let gp = EpochGracePeriod::new();
+        let l = small();
+        // This thread holds its CPU slot from here on; the other thread
+        // below gets another one.
+        let mine: Vec<_> = (0..3).map(|_| marked(&k, l)).collect();
+        let reader = gp.read();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..3 {
+                    let p = marked(&k, l);
+                    // SAFETY: allocated above with `l`, unpublished, freed once.
+                    unsafe { k.free_deferred(p, l, &gp) }.unwrap();
+                }
+            });
+        });
+        for &p in &mine {
+            // SAFETY: allocated above with `l`, unpublished, freed once.
+            unsafe { k.free_deferred(p, l, &gp) }.unwrap();
+        }
+        assert_eq!(k.flush_deferred(&gp), 6, "{flags:?}: freed under a reader");
+        drop(reader);
+        // Handed over above (both CPUs' partial batches): freed now.
+        assert_eq!(k.poll_deferred(&gp), 6, "{flags:?}");
+        assert_eq!(k.deferred_pending(), 0, "{flags:?}");
+        k.destroy().unwrap();
+        assert_eq!(a.frames_in_use(), 0, "{flags:?}");
+    }
 }

@@ -119,37 +119,37 @@ impl<K: Platform> KmemCache<K> {
         let Some(line) = self.deferred.line(pages, cpu) else {
             return Defer::NoMemory;
         };
-        // SAFETY: pinned to `cpu`, so its batch is ours; a batch is a live
-        // sheaf of the barn with `cap` slots.
+        // Ours until put back (or handed over): a flusher that comes now
+        // finds the line empty and leaves it.
+        let mut b = line.take();
+        // SAFETY: `b`, taken out of the line, is ours alone; a batch is a
+        // live sheaf of the barn with `cap` slots.
         unsafe {
-            let mut b = line.batch.get();
             if !b.is_null() && Sheaf::size(b) >= cap {
                 // Full, and not handed over earlier because the ring was.
                 if let Err(c) = self.hand_over(b, gp) {
+                    line.put(b);
                     return Defer::Backlog(c);
                 }
-                line.batch.set(null_mut());
                 b = null_mut();
             }
             if b.is_null() {
                 match barn.get_empty(pages) {
-                    Ok(s) => {
-                        b = s;
-                        line.batch.set(s);
-                    }
+                    Ok(s) => b = s,
                     Err(_) => return Defer::NoMemory,
                 }
             }
             let n = Sheaf::size(b);
             *Sheaf::slot(b, n) = p;
+            crate::loom_hooks::batch_add_window();
             Sheaf::set_size(b, n + 1);
             self.deferred.add(1);
             self.slabs.stat(cpu, crate::stats::StatItem::FreeRcuSheaf);
             if n + 1 >= cap && self.hand_over(b, gp).is_ok() {
-                line.batch.set(null_mut());
                 return Defer::Done(true);
             }
         }
+        line.put(b);
         Defer::Done(false)
     }
 
@@ -202,21 +202,36 @@ impl<K: Platform> KmemCache<K> {
         }
     }
 
-    /// Hands the calling CPU's partial batch over (so that it does not
-    /// wait for more objects), then frees what has elapsed. Returns the
-    /// objects still pending in the cache.
+    /// Hands every CPU's partial batch over (so that none waits for more
+    /// objects; Linux's `kvfree_rcu_barrier` drains every CPU's batch),
+    /// then frees what has elapsed. Returns the objects still pending in
+    /// the cache. A CPU adding to its batch at this very moment keeps it
+    /// (its objects stay counted as pending and go with its next full
+    /// batch or flush), and so do all once the ring is full.
     pub fn flush_deferred<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
-        {
-            let (_g, cpu) = self.slabs.cpus().pin();
-            if let Some(line) = self.deferred.line_if_any(cpu) {
-                // SAFETY: pinned to `cpu`: its batch is ours.
-                unsafe {
-                    let b = line.batch.get();
-                    if !b.is_null() && Sheaf::size(b) != 0 && self.hand_over(b, gp).is_ok() {
-                        line.batch.set(null_mut());
-                    }
-                }
+        self.poll_deferred(gp);
+        for cpu in 0..self.nr_cpus {
+            let Some(line) = self.deferred.line_if_any(cpu) else {
+                break;
+            };
+            let mut r = self.deferred.ring.lock();
+            if r.is_full() {
+                break;
             }
+            // Taken under the ring's lock, so that it has a place there.
+            let b = line.steal();
+            if b.is_null() {
+                continue;
+            }
+            // SAFETY: taken out of the line: ours alone, a live batch.
+            if unsafe { Sheaf::size(b) } == 0 {
+                drop(r);
+                // SAFETY: ours, empty.
+                unsafe { self.sheaves.barn().put_chunk(b) };
+                continue;
+            }
+            // Started after the batch's last object was unpublished.
+            r.push(b, gp.start());
         }
         self.poll_deferred(gp);
         self.deferred.count()
@@ -244,24 +259,23 @@ impl<K: Platform> KmemCache<K> {
             let Some(line) = self.deferred.line_if_any(cpu) else {
                 break;
             };
-            // SAFETY: exclusive access: no CPU uses its batch.
-            let b = unsafe { line.batch.get() };
+            // Exclusive access: no CPU uses its batch.
+            let b = line.take();
             if b.is_null() {
                 continue;
             }
-            // SAFETY: as above; `b` is a live batch.
+            // SAFETY: taken out of the line: ours, a live batch.
             if unsafe { Sheaf::size(b) } == 0 {
-                // SAFETY: ours, empty, detached below.
+                // SAFETY: ours (taken out of the line), empty.
                 unsafe { self.sheaves.barn().put_chunk(b) };
             } else {
                 while let Err(c) = self.hand_over(b, gp) {
                     if self.poll_deferred(gp) == 0 && !gp.wait(c) {
+                        line.put(b);
                         return Err(pending(self));
                     }
                 }
             }
-            // SAFETY: exclusive access.
-            unsafe { line.batch.set(null_mut()) };
         }
         loop {
             let oldest = self.deferred.ring.lock().oldest();

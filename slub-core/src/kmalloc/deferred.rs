@@ -13,9 +13,16 @@
 //! caller waits for a grace period of its own (`gp.wait`, as Linux's
 //! `kvfree_rcu` falls back to `synchronize_rcu` when it has no page for
 //! its batch) or gets [`FreeError::DeferredBacklog`] if it cannot wait.
+//!
+//! The list holds [`MAX_LARGE_PENDING`] records at most; a free that finds
+//! it full polls, then waits for the oldest record's grace period if `gp`
+//! can wait, else is refused with [`FreeError::DeferredBacklog`] (the
+//! block stays the caller's). A free asks `gp.elapsed` once, for the
+//! oldest record's cookie, and walks the list only when that has elapsed:
+//! under a long grace period `n` frees cost `n` calls, not `n²/2`.
 
 use super::{Kmalloc, kmalloc_index};
-use crate::deferred::GracePeriod;
+use crate::deferred::{GracePeriod, MAX_LARGE_PENDING};
 use crate::error::{DestroyError, FreeError};
 use arch_api::Platform;
 use core::alloc::Layout;
@@ -48,9 +55,9 @@ impl<K: Platform> Kmalloc<K> {
     /// [`KmemCache::free_deferred`](crate::KmemCache::free_deferred) for
     /// the batching and the pending bound, and when
     /// [`FreeError::DeferredBacklog`] is returned); a large block is
-    /// deferred as well, through a small record allocated from these caches
-    /// (module docs). Deferred frees complete when
-    /// [`poll_deferred`](Self::poll_deferred) or
+    /// deferred as well, through a small record allocated from these
+    /// caches, at most [`MAX_LARGE_PENDING`] at once (module docs).
+    /// Deferred frees complete when [`poll_deferred`](Self::poll_deferred) or
     /// [`flush_deferred`](Self::flush_deferred) (or a later deferred free)
     /// finds their grace period over; [`destroy`](Self::destroy) refuses
     /// while any are pending and [`destroy_deferred`](Self::destroy_deferred)
@@ -118,7 +125,31 @@ impl<K: Platform> Kmalloc<K> {
         if p % align != 0 {
             return Err(FreeError::Misaligned { ptr: p });
         }
+        let list = &self.large_deferred;
+        // A place on the list first (bounded, as a cache's ring): poll when
+        // it is full, then wait for the oldest record's grace period (a new
+        // one's if that freed nothing), else refuse, freeing nothing early.
+        let mut fresh = false;
+        let before = loop {
+            match list.try_reserve(MAX_LARGE_PENDING) {
+                Ok(before) => break before,
+                Err(pending) => {
+                    if self.poll_large(gp) != 0 {
+                        continue;
+                    }
+                    let c = if fresh { gp.start() } else { list.oldest() };
+                    if !gp.wait(c) {
+                        return Err(FreeError::DeferredBacklog {
+                            pending: self.deferred_pending().max(pending),
+                        });
+                    }
+                    // A new grace period ends no earlier than every record's.
+                    fresh = self.poll_large(gp) == 0;
+                }
+            }
+        };
         let Ok(rec) = self.alloc(RECORD) else {
+            list.unreserve();
             // No record: a grace period of its own.
             let c = gp.start();
             if gp.wait(c) {
@@ -130,28 +161,43 @@ impl<K: Platform> Kmalloc<K> {
             });
         };
         let rec = rec.cast::<LargeRecord>().as_ptr();
+        // Started after the block was unpublished (contract).
+        let cookie = gp.start();
         // SAFETY: a fresh kmalloc object of `RECORD`'s size and alignment.
         unsafe {
             rec.write(LargeRecord {
                 ptr,
                 layout,
-                // Started after the block was unpublished (contract).
-                cookie: gp.start(),
+                cookie,
                 next: null_mut(),
             })
         };
-        // SAFETY: initialised above, ours; the list owns it from now on.
-        unsafe { self.large_deferred.push_new(rec) };
-        self.poll_large(gp);
+        if before == 0 {
+            // Nothing else pending: this record is the oldest.
+            list.set_oldest(cookie);
+        }
+        // SAFETY: initialised above, ours, its place reserved; the list
+        // owns it from now on.
+        unsafe { list.push(rec) };
+        // One `elapsed` per free, not one per pending record: while the
+        // oldest record's grace period runs, no other's is over.
+        if gp.elapsed(list.oldest()) {
+            self.poll_large(gp);
+        }
         Ok(())
     }
 
     /// Frees the deferred large blocks whose grace period has elapsed and
-    /// puts the others back; returns how many were freed. The whole list
-    /// is taken at once, so concurrent callers never see a record twice.
+    /// puts the others back (in their order, in one exchange, with the
+    /// oldest one's cookie as the list's hint); returns how many were
+    /// freed. The whole list is taken at once, so concurrent callers never
+    /// see a record twice.
     fn poll_large<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
         let mut list = self.large_deferred.take_all();
         let mut freed = 0;
+        // The records kept, as a chain in list order (newest first).
+        let (mut first, mut last) = (null_mut::<LargeRecord>(), null_mut::<LargeRecord>());
+        let mut oldest = 0;
         while let Some(rec) = NonNull::new(list) {
             // SAFETY: taken off the list (its Acquire pairs with the push's
             // Release): ours, initialised.
@@ -168,9 +214,20 @@ impl<K: Platform> Kmalloc<K> {
                 self.large_deferred.done();
                 freed += 1;
             } else {
-                // SAFETY: taken by `take_all` above, ours.
-                unsafe { self.large_deferred.push(rec.as_ptr()) };
+                if last.is_null() {
+                    first = rec.as_ptr();
+                } else {
+                    // SAFETY: `last` is a record of ours (kept above).
+                    unsafe { (*last).next = rec.as_ptr() };
+                }
+                last = rec.as_ptr();
+                oldest = r.cookie;
             }
+        }
+        if !last.is_null() {
+            self.large_deferred.set_oldest(oldest);
+            // SAFETY: the chain `first`..`last` is ours, taken above.
+            unsafe { self.large_deferred.push_chain(first, last) };
         }
         freed
     }
@@ -183,9 +240,10 @@ impl<K: Platform> Kmalloc<K> {
         slab + self.poll_large(gp)
     }
 
-    /// Hands the calling CPU's partial batches over (one per size class),
-    /// then frees what has elapsed. Returns the deferred frees still
-    /// pending (other CPUs' partial batches included).
+    /// Hands every CPU's partial batches over (one per size class and CPU;
+    /// see [`KmemCache::flush_deferred`](crate::KmemCache::flush_deferred)),
+    /// then frees what has elapsed, large blocks included. Returns the
+    /// deferred frees still pending.
     pub fn flush_deferred<G: GracePeriod + ?Sized>(&self, gp: &G) -> usize {
         for c in &self.caches {
             c.flush_deferred(gp);

@@ -106,6 +106,9 @@ impl<K: Platform> core::fmt::Debug for RandomKmalloc<K> {
 
 const ALL: usize = NR_RANDOM_COPIES * NR_KMALLOC_CLASSES;
 
+#[path = "random_deferred.rs"]
+mod deferred;
+
 impl<K: Platform> RandomKmalloc<K>
 where
     K::Mem: Clone,
@@ -279,6 +282,7 @@ impl<K: Platform> RandomKmalloc<K> {
     /// Destroys the general caches and every copy; the first error is
     /// returned (the others are still attempted).
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
+        self.refuse_deferred_pending()?;
         let mut first = self.general.destroy();
         // SAFETY: `block` holds `ALL` initialised caches owned by `self`,
         // borrowed mutably through `self`.

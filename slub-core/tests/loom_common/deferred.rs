@@ -107,3 +107,64 @@ pub fn deferred_free() {
         assert_eq!(c.mem().blocks_in_use(), 0, "every page returned");
     });
 }
+
+/// `flush_deferred` on CPU 0 hands over CPU 1's partial batch while a task
+/// on CPU 1 adds to that batch. The batch (capacity 4) already holds one
+/// object; every object must be freed exactly once by the time the cache is
+/// destroyed, none lost in a batch taken from under its owner.
+pub fn flush_while_adding() {
+    loom::model(|| {
+        let cpus = LoomCpus::new(2, &[0, 1]);
+        cpus.bind(1);
+        let c: Cache<slub_core::DefaultDwCas> = KmemCache::with_config(
+            "loom",
+            32,
+            8,
+            CacheFlags::empty(),
+            slub_core::SystemPages::new(),
+            cpus,
+            slub_core::CacheConfig {
+                max_objects: 4,
+                min_partial: 0,
+                cpu_partial: 0,
+                sheaf_capacity: 4,
+                barn_max_full: 4,
+                barn_max_empty: 4,
+                seed: 1,
+            },
+        )
+        .unwrap();
+        let c = Arc::new(c);
+        let gp = Arc::new(LoomGp::new());
+        let first = c.alloc().unwrap();
+        let second = c.alloc().unwrap().as_ptr() as usize;
+        // SAFETY: allocated above, never published, freed once.
+        unsafe { c.free_deferred(first, &*gp) }.unwrap();
+        let owner = {
+            let (c, gp) = (c.clone(), gp.clone());
+            loom::thread::spawn(move || {
+                c.cpus().bind(1);
+                let p = NonNull::new(second as *mut u8).unwrap();
+                // SAFETY: allocated above, never published, freed once.
+                unsafe { c.free_deferred(p, &*gp) }.unwrap();
+            })
+        };
+        let flusher = {
+            let (c, gp) = (c.clone(), gp.clone());
+            loom::thread::spawn(move || {
+                c.cpus().bind(0);
+                c.flush_deferred(&*gp)
+            })
+        };
+        owner.join().unwrap();
+        let left = flusher.join().unwrap();
+        assert!(left <= 2, "broken flush: {left} pending of 2");
+        let mut c = match Arc::try_unwrap(c) {
+            Ok(c) => c,
+            Err(_) => panic!("cache still shared"),
+        };
+        c.destroy_deferred(&*gp)
+            .expect("broken flush: a deferred free lost");
+        assert_eq!(c.mem().blocks_in_use(), 0, "every page returned");
+    });
+}

@@ -1,7 +1,8 @@
 //! (6) The deferred large-block list of `Kmalloc::free_deferred`: one
-//! thread pushes a record while another takes the whole list, frees one
-//! kind of record and puts the others back. Every record must end freed
-//! once or still on the list, and the count must match.
+//! thread reserves a place (bound 3) and pushes a record while another
+//! takes the whole list, frees one kind of record and puts the others back
+//! as one chain. Every record must end freed once or still on the list,
+//! and the count must match.
 
 use loom::sync::Arc;
 use slub_core::testing::{LargeList, Linked};
@@ -30,15 +31,16 @@ fn rec(id: usize) -> usize {
 }
 
 /// Takes the whole list: frees (reports) the records `free` picks,
-/// puts the others back.
+/// puts the others back as one chain (as `Kmalloc`'s poll does).
 fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
     let mut freed = Vec::new();
+    let (mut first, mut last) = (std::ptr::null_mut::<Rec>(), std::ptr::null_mut::<Rec>());
     let mut p = list.take_all();
     let mut seen = 0;
     while !p.is_null() {
         seen += 1;
         assert!(
-            seen <= 2,
+            seen <= 3,
             "broken list: a cycle (a record linked to itself)"
         );
         // SAFETY: taken off the list: ours until freed or pushed back.
@@ -50,10 +52,19 @@ fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
             list.done();
             freed.push(id);
         } else {
-            // SAFETY: ours (taken above).
-            unsafe { list.push(p) };
+            if last.is_null() {
+                first = p;
+            } else {
+                // SAFETY: `last` is ours (kept above).
+                unsafe { (*last).next = p };
+            }
+            last = p;
         }
         p = next;
+    }
+    if !last.is_null() {
+        // SAFETY: the chain `first`..`last` is ours (taken above).
+        unsafe { list.push_chain(first, last) };
     }
     freed
 }
@@ -61,14 +72,27 @@ fn poll(list: &LargeList<Rec>, free: impl Fn(usize) -> bool) -> Vec<usize> {
 pub fn take_while_pushing() {
     loom::model(|| {
         let list = Arc::new(LargeList::<Rec>::new());
-        // Record 2 (kept by the poller) is on the list before the threads.
-        // SAFETY: a fresh record; the list owns it.
-        unsafe { list.push_new(rec(2) as *mut Rec) };
+        // Records 2 and 4 (kept by the poller, put back as a chain of two)
+        // are on the list before the threads.
+        for (id, before) in [(2, 0), (4, 1)] {
+            assert_eq!(list.try_reserve(3), Ok(before));
+            // SAFETY: a fresh record, its place reserved; the list owns it.
+            unsafe { list.push(rec(id) as *mut Rec) };
+        }
+        // The bound holds a third place, not a fourth.
+        assert_eq!(list.try_reserve(2), Err(2), "broken list: bound");
+        assert_eq!(list.try_reserve(4), Ok(2));
+        assert_eq!(list.try_reserve(4), Ok(3));
+        assert_eq!(list.try_reserve(4), Err(4), "broken list: bound");
+        list.unreserve();
+        list.unreserve();
         let pusher = {
             let list = list.clone();
             loom::thread::spawn(move || {
-                // SAFETY: a fresh record; the list owns it.
-                unsafe { list.push_new(rec(1) as *mut Rec) };
+                // Bound 3: records 2, 4 and this one.
+                assert!(list.try_reserve(3).is_ok(), "broken list: bound");
+                // SAFETY: a fresh record, its place reserved; the list owns it.
+                unsafe { list.push(rec(1) as *mut Rec) };
             })
         };
         let poller = {
@@ -88,9 +112,12 @@ pub fn take_while_pushing() {
         );
         assert_eq!(
             all,
-            BTreeSet::from([1, 2]),
+            BTreeSet::from([1, 2, 4]),
             "broken list: a record lost: freed {freed:?}, left {left:?}"
         );
-        assert!(!freed.contains(&2), "record 2 is kept by the poller");
+        assert!(
+            !freed.contains(&2) && !freed.contains(&4),
+            "records 2 and 4 are kept by the poller"
+        );
     });
 }

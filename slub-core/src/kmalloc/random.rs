@@ -280,7 +280,10 @@ impl<K: Platform> RandomKmalloc<K> {
     }
 
     /// Destroys the general caches and every copy; the first error is
-    /// returned (the others are still attempted).
+    /// returned (the others are still attempted). While deferred frees are
+    /// pending anywhere it refuses with [`DestroyError::DeferredPending`]
+    /// and destroys nothing ([`destroy_deferred`](Self::destroy_deferred)
+    /// waits for them).
     pub fn destroy(&mut self) -> Result<(), DestroyError> {
         self.refuse_deferred_pending()?;
         let mut first = self.general.destroy();

@@ -169,6 +169,33 @@ impl TableRef {
         self.entry(i).load(Ordering::Relaxed)
     }
 
+    /// How many of the entries `from..from + max` (clipped to the table)
+    /// are `none`, counting from `from` and stopping at the first that is
+    /// not. Relaxed loads: nothing behind an empty entry is read.
+    #[inline]
+    pub(crate) fn empty_run(self, from: usize, max: usize, none: impl Fn(u64) -> bool) -> usize {
+        let stop = from.saturating_add(max).min(self.len);
+        let mut i = from;
+        // Zero entries eight at a time (one OR per entry), where zero is
+        // `none` (every layout's empty entry): a sparse table's runs.
+        if none(0) {
+            while i + 8 <= stop {
+                let mut any = 0;
+                for k in 0..8 {
+                    any |= self.load_relaxed(i + k);
+                }
+                if any != 0 {
+                    break;
+                }
+                i += 8;
+            }
+        }
+        while i < stop && none(self.load_relaxed(i)) {
+            i += 1;
+        }
+        i - from
+    }
+
     /// Replaces entry `i`, returning the value it had at that instant.
     #[inline]
     pub(crate) fn swap(self, i: usize, v: u64) -> u64 {

@@ -114,6 +114,45 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         budget.charge(units);
     }
 
+    /// Visits and charges the run of empty entries of `t` from `idx` (whose
+    /// span starts at `addr`, before `end`), as many as the budget allows
+    /// after the one just charged; returns the address after the run.
+    #[inline(never)]
+    fn skip_empty_run<B: ZapBudget>(
+        &mut self,
+        level: usize,
+        t: TableRef,
+        idx: usize,
+        addr: u64,
+        end: u64,
+        budget: &mut B,
+    ) -> u64 {
+        // Entries that start before `end`, and those the budget allows
+        // after the one charged already.
+        let shift = L::level_shift(level);
+        let in_range = ((end - 1 - addr) >> shift) + 1;
+        let room = budget.empty_run();
+        let max = usize::try_from(in_range.min(room)).unwrap_or(usize::MAX);
+        let n = t.empty_run(idx, max, |raw| {
+            L::Entry::from_raw(raw).kind(level) == EntryKind::None
+        });
+        if n == 0 {
+            return addr;
+        }
+        self.stats.entries_visited += n as u64;
+        #[cfg(feature = "stats")]
+        {
+            self.stats.visited_per_level[level] += n as u64;
+        }
+        let c = budget.empty_cost().saturating_mul(n as u64);
+        self.charge(budget, c);
+        // `addr` is entry-aligned here (the entry before ended at it).
+        match addr.checked_add((n as u64) << shift) {
+            Some(a) if a < end => a,
+            _ => end,
+        }
+    }
+
     /// Zaps `[addr, end)` inside table `t` of `level` (`end` no further than
     /// the table's span); `live` is `t`'s count of present entries. Returns
     /// the address reached: `end`, or less when the budget ran out.
@@ -133,6 +172,12 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             return self.zap_pte_range(t, addr, end, live, budget, g);
         }
         let span = L::entry_span(level);
+        // Runs of empty entries are skipped in one step only in a table
+        // that is sparse over the range (more than 16 entries per present
+        // one): elsewhere runs are short and entry by entry is cheaper.
+        // (Wrapping: `span * live` stays below 2^60 on every layout; a wrap
+        // would only pick the slower way.)
+        let sparse = (end - addr) >> 4 > span.wrapping_mul(*live);
         while addr < end {
             let next = Self::next_boundary(addr, level, end);
             let idx = L::index(VirtAddr::new(addr), level);
@@ -142,7 +187,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 EntryKind::None => {
                     let c = budget.empty_cost();
                     self.charge(budget, c);
-                    next
+                    if sparse && next < end && budget.empty_run() > 1 {
+                        // The empty entries that follow, in one step (a
+                        // sparse table is mostly runs of them).
+                        self.skip_empty_run(level, t, idx + 1, next, end, budget)
+                    } else {
+                        next
+                    }
                 }
                 EntryKind::Leaf if level == last || (addr % span == 0 && next - addr == span) => {
                     self.clear_leaf(t, idx, level, addr, live, g);

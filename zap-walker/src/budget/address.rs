@@ -74,6 +74,9 @@ impl<H: LockBreak> ZapBudget for AddressBudget<H> {
     fn exhausted(&self) -> bool {
         false
     }
+    fn empty_run(&self) -> u64 {
+        u64::MAX
+    }
     fn break_after_block(&self) -> bool {
         true
     }

@@ -89,6 +89,15 @@ pub trait ZapBudget {
     fn charge(&mut self, units: u64);
     /// Whether the walk must stop where it is and break.
     fn exhausted(&self) -> bool;
+    /// How many empty entries in a row the walker may charge in one step
+    /// (each at [`empty_cost`](Self::empty_cost)) before it must ask
+    /// [`exhausted`](Self::exhausted) again: those that fit in the budget
+    /// left, the last one possibly reaching it. The default, 1, visits them
+    /// one at a time; a budget that never runs out inside a descent answers
+    /// `u64::MAX`.
+    fn empty_run(&self) -> u64 {
+        1
+    }
     /// Whether to break after a descent bounded by `block_end` (reached its
     /// end with work left to do). The default breaks only when exhausted.
     fn break_after_block(&self) -> bool {
@@ -116,6 +125,9 @@ impl<B: ZapBudget + ?Sized> ZapBudget for &mut B {
     }
     fn exhausted(&self) -> bool {
         (**self).exhausted()
+    }
+    fn empty_run(&self) -> u64 {
+        (**self).empty_run()
     }
     fn break_after_block(&self) -> bool {
         (**self).break_after_block()

@@ -30,5 +30,8 @@ impl ZapBudget for Unbounded {
     fn exhausted(&self) -> bool {
         false
     }
+    fn empty_run(&self) -> u64 {
+        u64::MAX
+    }
     fn lock_break(&mut self, _info: &BreakInfo) {}
 }

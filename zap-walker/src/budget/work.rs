@@ -86,6 +86,18 @@ impl<H: LockBreak> ZapBudget for WorkBudget<H> {
     fn exhausted(&self) -> bool {
         self.spent >= self.budget
     }
+    fn empty_run(&self) -> u64 {
+        // Charged one by one, the walk would stop after the entry that
+        // reaches the budget: ceil(left / cost) entries (at least one).
+        let left = self.budget.saturating_sub(self.spent);
+        // No division in the common configuration (an empty entry is 1).
+        let n = if self.empty_cost == 1 {
+            left
+        } else {
+            left.div_ceil(self.empty_cost)
+        };
+        n.max(1)
+    }
     fn lock_break(&mut self, info: &BreakInfo) {
         self.hook.lock_break(info);
         self.spent = 0;

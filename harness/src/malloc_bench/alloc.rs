@@ -93,4 +93,3 @@ pub(super) fn count(a: &A, allocs: u64, frees: u64) {
     a.allocs.fetch_add(allocs, Ordering::Relaxed);
     a.frees.fetch_add(frees, Ordering::Relaxed);
 }
-

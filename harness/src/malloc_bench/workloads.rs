@@ -288,4 +288,3 @@ pub(super) fn glibc_simple(a: &A, _t: usize, scale: u64, _seed: u64) -> u64 {
     count(a, ops / 2, ops / 2);
     ops
 }
-

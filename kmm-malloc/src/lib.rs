@@ -71,6 +71,19 @@ pub(crate) fn kmalloc() -> Option<&'static Kmalloc<Preload>> {
     init()
 }
 
+/// The caches, known to be set up: for `free` of a slab object, whose class
+/// entry only exists because a `malloc` found them READY.
+///
+/// # Safety
+/// A `malloc` that returned a slab object happened before this call (the
+/// object's `free` is ordered after its `malloc`, and that `malloc` read
+/// READY with Acquire after `KM` was written).
+#[inline(always)]
+pub(crate) unsafe fn kmalloc_ready() -> &'static Kmalloc<Preload> {
+    // SAFETY: the caller's contract: `KM` was written and published.
+    unsafe { (*KM.0.get()).assume_init_ref() }
+}
+
 fn gettid() -> i32 {
     // SAFETY: a raw syscall with no arguments (glibc's wrapper may read TLS).
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }

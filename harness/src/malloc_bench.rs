@@ -102,6 +102,10 @@ pub struct MallocBenchArgs {
     /// The preloadable library (default: libkmm_malloc.so beside this binary).
     #[arg(long)]
     pub preload: Option<std::path::PathBuf>,
+    /// rptest: of each batch, the blocks (per mille) handed to another
+    /// thread and freed there.
+    #[arg(long, default_value_t = 125, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub cross_per_mille: u64,
     /// Internal: run one combination in this process.
     #[arg(long, hide = true)]
     pub child: bool,
@@ -244,7 +248,8 @@ fn spawn(
     cmd.args(["malloc-bench", "--child", "--json"])
         .args(["--workload", wname(w), "--allocator", aname(al)])
         .args(["--threads", &t.to_string(), "--scale", &a.scale.to_string()])
-        .args(["--seed", &common.seed.to_string()]);
+        .args(["--seed", &common.seed.to_string()])
+        .args(["--cross-per-mille", &a.cross_per_mille.to_string()]);
     cmd.env_remove("LD_PRELOAD");
     if matches!(al, Alloc::Slub | Alloc::Sheaves) {
         let lib = library(a).ok_or(
@@ -309,6 +314,7 @@ pub fn run(common: &Common, a: &MallocBenchArgs) -> i32 {
         }
     };
     if a.child {
+        rptest::CROSS_PER_MILLE.store(a.cross_per_mille, Ordering::Relaxed);
         let v = run_child(ws[0], als[0], threads[0], a.scale, common.seed);
         println!("{v}");
         return 0;

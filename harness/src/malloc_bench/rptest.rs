@@ -9,12 +9,16 @@
 //! (their cross-thread frees), allocate a batch, replace random blocks of
 //! the batch (free + allocate), then hand [`Params::cross_per_mille`] of
 //! the batch to the next thread's inbox and free the rest in allocation
-//! order. Sizes are log-uniform in `min..=max` (small blocks favoured, as
-//! in programs); blocks left in the inboxes when every thread is done are
-//! freed by the main thread.
+//! order (`--cross-per-mille`, default 125 = 1/8). Sizes are log-uniform
+//! in `min..=max` (small blocks favoured, as in programs); blocks left in
+//! the inboxes when every thread is done are freed by the main thread.
 
 use super::alloc::{A, Blk, Rng, count};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `--cross-per-mille` of the child's command line.
+pub(super) static CROSS_PER_MILLE: AtomicU64 = AtomicU64::new(125);
 
 /// The knobs of one run.
 #[derive(Clone, Copy, Debug)]
@@ -34,13 +38,14 @@ pub(super) struct Params {
 }
 
 impl Params {
-    /// `harness malloc-bench`'s run at `--scale scale`.
+    /// `harness malloc-bench`'s run at `--scale scale` and
+    /// `--cross-per-mille`.
     pub fn at_scale(scale: u64) -> Self {
         Self {
             loops: 20 * scale as usize,
             batch: 2000,
             replace: 4000,
-            cross_per_mille: 125,
+            cross_per_mille: CROSS_PER_MILLE.load(Ordering::Relaxed),
             min: 16,
             max: 16000,
         }

@@ -13,6 +13,11 @@
 //! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `sheaves`, the
 //!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
 //!   line and counters to stderr at exit.
+//! * The caches keep Linux's tunables except the sheaves front's barn,
+//!   which may hold up to 1 MiB of full sheaves per cache (a program that
+//!   frees a thousand blocks in a row then exchanges sheaves instead of
+//!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
+//!   the objects per sheaf and the full sheaves per barn.
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are

@@ -15,13 +15,17 @@
 //! every workload counts its allocations against its frees: a lost,
 //! duplicated or overwritten object fails the run.
 
+mod alloc;
+mod rptest;
+mod workloads;
+
 use crate::cli::Common;
+use alloc::{A, COUNTS};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
+use workloads::*;
 
 /// Workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,11 +46,13 @@ pub enum Workload {
     GlibcSimple,
     /// Threads replacing random blocks of 1/x-distributed sizes.
     GlibcThread,
+    /// rpmalloc's benchmark: random sizes, a fraction freed by another thread.
+    Rptest,
     /// Every workload.
     All,
 }
 
-const WORKLOADS: [Workload; 8] = [
+const WORKLOADS: [Workload; 9] = [
     Workload::Larson,
     Workload::Xmalloc,
     Workload::Mstress,
@@ -55,6 +61,7 @@ const WORKLOADS: [Workload; 8] = [
     Workload::AllocTest,
     Workload::GlibcSimple,
     Workload::GlibcThread,
+    Workload::Rptest,
 ];
 
 /// Allocators.
@@ -95,6 +102,10 @@ pub struct MallocBenchArgs {
     /// The preloadable library (default: libkmm_malloc.so beside this binary).
     #[arg(long)]
     pub preload: Option<std::path::PathBuf>,
+    /// rptest: of each batch, the blocks (per mille) handed to another
+    /// thread and freed there.
+    #[arg(long, default_value_t = 125, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub cross_per_mille: u64,
     /// Internal: run one combination in this process.
     #[arg(long, hide = true)]
     pub child: bool,
@@ -110,6 +121,7 @@ fn wname(w: Workload) -> &'static str {
         Workload::AllocTest => "alloc-test",
         Workload::GlibcSimple => "glibc-simple",
         Workload::GlibcThread => "glibc-thread",
+        Workload::Rptest => "rptest",
         Workload::All => "all",
     }
 }
@@ -122,382 +134,6 @@ fn aname(a: Alloc) -> &'static str {
         Alloc::System => "system",
         Alloc::All => "all",
     }
-}
-
-// ---- the allocator seen by the workloads --------------------------------
-
-/// The allocator under test: glibc's (or the preloaded library's) malloc
-/// through `System`, or the mimalloc crate.
-#[derive(Clone, Copy)]
-struct A {
-    mi: bool,
-    allocs: &'static AtomicU64,
-    frees: &'static AtomicU64,
-}
-
-const TAG: u64 = 0x6b6d_6d5f_7461_6721;
-
-impl A {
-    #[inline(always)]
-    fn alloc(&self, size: usize) -> *mut u8 {
-        let l = Layout::from_size_align(size.max(8), 8).unwrap();
-        // SAFETY: a non-zero size.
-        let p = unsafe {
-            if self.mi {
-                mimalloc::MiMalloc.alloc(l)
-            } else {
-                System.alloc(l)
-            }
-        };
-        assert!(!p.is_null(), "out of memory");
-        // SAFETY: at least 8 bytes, 8-aligned.
-        unsafe { (p as *mut u64).write(TAG ^ p as u64) };
-        p
-    }
-
-    #[inline(always)]
-    fn free(&self, p: *mut u8, size: usize) {
-        // SAFETY: `p` came from `alloc(size)` and is live.
-        unsafe {
-            assert_eq!(
-                (p as *const u64).read(),
-                TAG ^ p as u64,
-                "object {p:?} overwritten or handed out twice"
-            );
-            let l = Layout::from_size_align(size.max(8), 8).unwrap();
-            if self.mi {
-                mimalloc::MiMalloc.dealloc(p, l)
-            } else {
-                System.dealloc(p, l)
-            }
-        }
-    }
-}
-
-/// Counts kept per run: allocations and frees (they must match).
-struct Counts {
-    allocs: AtomicU64,
-    frees: AtomicU64,
-}
-
-static COUNTS: Counts = Counts {
-    allocs: AtomicU64::new(0),
-    frees: AtomicU64::new(0),
-};
-
-/// A small xorshift generator (one per thread).
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    #[inline(always)]
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    #[inline(always)]
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A block and its size (sent between threads).
-#[derive(Clone, Copy)]
-struct Blk(usize, usize);
-// The pointers are plain addresses handed between threads on purpose.
-
-fn count(a: &A, allocs: u64, frees: u64) {
-    a.allocs.fetch_add(allocs, Ordering::Relaxed);
-    a.frees.fetch_add(frees, Ordering::Relaxed);
-}
-
-// ---- the workloads ----------------------------------------------------------
-
-/// larson: each thread serves an array of live blocks (8..1000 bytes),
-/// replacing random ones; after each round the arrays change hands, so a
-/// thread frees blocks another thread allocated (the server pattern).
-fn larson(a: &A, t: usize, scale: u64, seed: u64) -> u64 {
-    const SLOTS: usize = 1000;
-    let rounds = 10;
-    let per_round = 20_000 * scale as usize;
-    let arrays: Vec<Mutex<Vec<Blk>>> = (0..t)
-        .map(|i| {
-            let mut r = Rng::new(seed + i as u64);
-            Mutex::new(
-                (0..SLOTS)
-                    .map(|_| {
-                        let s = 8 + r.below(993) as usize;
-                        Blk(a.alloc(s) as usize, s)
-                    })
-                    .collect(),
-            )
-        })
-        .collect();
-    count(a, (t * SLOTS) as u64, 0);
-    for round in 0..rounds {
-        std::thread::scope(|s| {
-            for i in 0..t {
-                let arrays = &arrays;
-                s.spawn(move || {
-                    let mut r = Rng::new(seed ^ (round * 131 + i) as u64);
-                    let mut arr = arrays[(i + round) % t].lock().unwrap();
-                    for _ in 0..per_round {
-                        let k = r.below(SLOTS as u64) as usize;
-                        let Blk(p, sz) = arr[k];
-                        a.free(p as *mut u8, sz);
-                        let s = 8 + r.below(993) as usize;
-                        arr[k] = Blk(a.alloc(s) as usize, s);
-                    }
-                    count(a, per_round as u64, per_round as u64);
-                });
-            }
-        });
-    }
-    for m in arrays {
-        for Blk(p, s) in m.into_inner().unwrap() {
-            a.free(p as *mut u8, s);
-        }
-    }
-    count(a, 0, (t * SLOTS) as u64);
-    2 * (rounds * t * per_round) as u64
-}
-
-/// xmalloc-test: `t` threads only allocate (batches of 8..512-byte blocks)
-/// and `t` threads only free what the allocators produced.
-fn xmalloc(a: &A, t: usize, scale: u64, seed: u64) -> u64 {
-    const BATCH: usize = 256;
-    let batches = 400 * scale as usize;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Blk>>(64);
-    let rx = Mutex::new(rx);
-    std::thread::scope(|s| {
-        for i in 0..t {
-            let tx = tx.clone();
-            s.spawn(move || {
-                let mut r = Rng::new(seed + i as u64);
-                for _ in 0..batches {
-                    let b: Vec<Blk> = (0..BATCH)
-                        .map(|_| {
-                            let s = 8 + r.below(505) as usize;
-                            Blk(a.alloc(s) as usize, s)
-                        })
-                        .collect();
-                    count(a, BATCH as u64, 0);
-                    tx.send(b).unwrap();
-                }
-            });
-        }
-        drop(tx);
-        for _ in 0..t {
-            let rx = &rx;
-            s.spawn(move || {
-                loop {
-                    let got = rx.lock().unwrap().recv();
-                    let Ok(b) = got else { break };
-                    for Blk(p, s) in &b {
-                        a.free(*p as *mut u8, *s);
-                    }
-                    count(a, 0, b.len() as u64);
-                }
-            });
-        }
-    });
-    2 * (t * batches * BATCH) as u64
-}
-
-/// mstress: generations of short-lived threads; each frees part of the
-/// blocks left by the previous generation (power-of-two sizes 8..4096),
-/// allocates new ones and leaves them to the next.
-fn mstress(a: &A, t: usize, scale: u64, seed: u64) -> u64 {
-    let gens = 20;
-    let per = 5_000 * scale as usize;
-    let pool: Vec<Mutex<Vec<Blk>>> = (0..t).map(|_| Mutex::new(Vec::new())).collect();
-    let ops = AtomicU64::new(0);
-    for g in 0..gens {
-        std::thread::scope(|s| {
-            for i in 0..t {
-                let (pool, ops) = (&pool, &ops);
-                s.spawn(move || {
-                    let mut r = Rng::new(seed ^ (g * 977 + i) as u64);
-                    // The blocks of another thread of the last generation.
-                    let mut mine = std::mem::take(&mut *pool[(i + 1) % t].lock().unwrap());
-                    let (mut al, mut fr) = (0u64, 0u64);
-                    for _ in 0..per {
-                        if !mine.is_empty() && r.below(2) == 0 {
-                            let k = r.below(mine.len() as u64) as usize;
-                            let Blk(p, s) = mine.swap_remove(k);
-                            a.free(p as *mut u8, s);
-                            fr += 1;
-                        } else {
-                            let s = 8usize << r.below(10);
-                            mine.push(Blk(a.alloc(s) as usize, s));
-                            al += 1;
-                        }
-                    }
-                    // Keep at most a few thousand for the next generation.
-                    while mine.len() > 2000 {
-                        let Blk(p, s) = mine.pop().unwrap();
-                        a.free(p as *mut u8, s);
-                        fr += 1;
-                    }
-                    count(a, al, fr);
-                    ops.fetch_add(al + fr, Ordering::Relaxed);
-                    pool[i].lock().unwrap().extend(mine);
-                });
-            }
-        });
-    }
-    for m in pool {
-        let v = m.into_inner().unwrap();
-        count(a, 0, v.len() as u64);
-        for Blk(p, s) in v {
-            a.free(p as *mut u8, s);
-        }
-    }
-    ops.into_inner()
-}
-
-/// cache-scratch: the main thread allocates one small block per thread and
-/// hands it over; each thread frees it, then allocates, writes and frees
-/// small blocks: an allocator that hands back the neighbour's cache line
-/// (passive false sharing) makes the writes slow.
-fn cache_scratch(a: &A, t: usize, scale: u64, _seed: u64) -> u64 {
-    let iters = 100_000 * scale as usize;
-    let first: Vec<Blk> = (0..t).map(|_| Blk(a.alloc(8) as usize, 8)).collect();
-    count(a, t as u64, 0);
-    std::thread::scope(|s| {
-        for b in first {
-            s.spawn(move || {
-                a.free(b.0 as *mut u8, b.1);
-                for _ in 0..iters {
-                    let p = a.alloc(8);
-                    for k in 0..20u64 {
-                        // SAFETY: our 8-byte block; the tag is rewritten below.
-                        unsafe { std::ptr::write_volatile(p.add(4), k as u8) };
-                    }
-                    // SAFETY: as above: restore the tag the free checks.
-                    unsafe { (p as *mut u64).write(TAG ^ p as u64) };
-                    a.free(p, 8);
-                }
-                count(a, iters as u64, 1 + iters as u64);
-            });
-        }
-    });
-    2 * (t * iters) as u64
-}
-
-/// sh6bench-style: each thread allocates batches of blocks of sizes
-/// cycling 1..1000 and frees each batch alternately in LIFO order and in
-/// allocation (reverse-of-LIFO) order, keeping half a batch across rounds.
-fn sh6bench(a: &A, t: usize, scale: u64, _seed: u64) -> u64 {
-    const BATCH: usize = 2000;
-    let rounds = 30 * scale as usize;
-    std::thread::scope(|s| {
-        for _ in 0..t {
-            s.spawn(move || {
-                let mut kept: Vec<Blk> = Vec::new();
-                let mut sz = 1usize;
-                for round in 0..rounds {
-                    let mut v: Vec<Blk> = (0..BATCH)
-                        .map(|_| {
-                            sz = sz % 1000 + 7;
-                            Blk(a.alloc(sz) as usize, sz)
-                        })
-                        .collect();
-                    let keep = v.split_off(BATCH / 2);
-                    if round % 2 == 0 {
-                        v.iter().rev().for_each(|b| a.free(b.0 as *mut u8, b.1));
-                    } else {
-                        v.iter().for_each(|b| a.free(b.0 as *mut u8, b.1));
-                    }
-                    kept.drain(..).for_each(|b| a.free(b.0 as *mut u8, b.1));
-                    kept = keep;
-                }
-                kept.drain(..).for_each(|b| a.free(b.0 as *mut u8, b.1));
-                count(a, (rounds * BATCH) as u64, (rounds * BATCH) as u64);
-            });
-        }
-    });
-    2 * (t * rounds * BATCH) as u64
-}
-
-/// A Pareto-distributed size (shape about 1.2) in 8..=1024.
-fn pareto(r: &mut Rng) -> usize {
-    let u = (r.below(1 << 20) + 1) as f64 / (1u64 << 20) as f64;
-    ((8.0 / u.powf(1.0 / 1.2)) as usize).min(1024)
-}
-
-/// alloc-test: each thread keeps a working set of 5000 blocks with
-/// Pareto sizes up to 1 KiB and replaces random ones.
-fn alloc_test(a: &A, t: usize, scale: u64, seed: u64) -> u64 {
-    working_set(a, t, 400_000 * scale as usize, 5000, seed, pareto)
-}
-
-/// glibc-thread (glibc's bench-malloc-thread): each thread replaces random
-/// blocks of a working set, sizes drawn with a 1/x distribution up to 32 KiB.
-fn glibc_thread(a: &A, t: usize, scale: u64, seed: u64) -> u64 {
-    working_set(a, t, 400_000 * scale as usize, 1000, seed, |r| {
-        // 1/x on [8, 32768]: exp of a uniform log.
-        let lo = 8f64.ln();
-        let hi = 32768f64.ln();
-        let u = r.below(1 << 20) as f64 / (1u64 << 20) as f64;
-        (lo + u * (hi - lo)).exp() as usize
-    })
-}
-
-fn working_set(
-    a: &A,
-    t: usize,
-    iters: usize,
-    set: usize,
-    seed: u64,
-    size: fn(&mut Rng) -> usize,
-) -> u64 {
-    std::thread::scope(|s| {
-        for i in 0..t {
-            s.spawn(move || {
-                let mut r = Rng::new(seed + i as u64);
-                let mut v: Vec<Blk> = (0..set)
-                    .map(|_| {
-                        let s = size(&mut r);
-                        Blk(a.alloc(s) as usize, s)
-                    })
-                    .collect();
-                for _ in 0..iters {
-                    let k = r.below(set as u64) as usize;
-                    a.free(v[k].0 as *mut u8, v[k].1);
-                    let s = size(&mut r);
-                    v[k] = Blk(a.alloc(s) as usize, s);
-                }
-                v.drain(..).for_each(|b| a.free(b.0 as *mut u8, b.1));
-                count(a, (iters + set) as u64, (iters + set) as u64);
-            });
-        }
-    });
-    2 * (t * iters) as u64
-}
-
-/// glibc-simple (glibc's bench-malloc-simple): one thread, blocks of 16,
-/// 256 and 1024 bytes, 1000 allocated then all freed, many times.
-fn glibc_simple(a: &A, _t: usize, scale: u64, _seed: u64) -> u64 {
-    let loops = 300 * scale as usize;
-    let mut v = Vec::with_capacity(1000);
-    let mut ops = 0u64;
-    for &sz in &[16usize, 256, 1024] {
-        for _ in 0..loops {
-            for _ in 0..1000 {
-                v.push(a.alloc(sz));
-            }
-            for p in v.drain(..) {
-                a.free(p, sz);
-            }
-            ops += 2000;
-        }
-    }
-    count(a, ops / 2, ops / 2);
-    ops
 }
 
 // ---- running ----------------------------------------------------------------
@@ -556,6 +192,7 @@ fn run_child(w: Workload, al: Alloc, t: usize, scale: u64, seed: u64) -> Value {
         Workload::Sh6bench => sh6bench,
         Workload::AllocTest => alloc_test,
         Workload::GlibcSimple => glibc_simple,
+        Workload::Rptest => rptest::rptest,
         Workload::GlibcThread | Workload::All => glibc_thread,
     };
     let t0 = Instant::now();
@@ -611,7 +248,8 @@ fn spawn(
     cmd.args(["malloc-bench", "--child", "--json"])
         .args(["--workload", wname(w), "--allocator", aname(al)])
         .args(["--threads", &t.to_string(), "--scale", &a.scale.to_string()])
-        .args(["--seed", &common.seed.to_string()]);
+        .args(["--seed", &common.seed.to_string()])
+        .args(["--cross-per-mille", &a.cross_per_mille.to_string()]);
     cmd.env_remove("LD_PRELOAD");
     if matches!(al, Alloc::Slub | Alloc::Sheaves) {
         let lib = library(a).ok_or(
@@ -676,6 +314,7 @@ pub fn run(common: &Common, a: &MallocBenchArgs) -> i32 {
         }
     };
     if a.child {
+        rptest::CROSS_PER_MILLE.store(a.cross_per_mille, Ordering::Relaxed);
         let v = run_child(ws[0], als[0], threads[0], a.scale, common.seed);
         println!("{v}");
         return 0;

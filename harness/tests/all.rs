@@ -186,8 +186,8 @@ fn all_quick_writes_the_report_json_and_one_titled_svg_per_chart() {
         assert!(m.get(key).is_some(), "malloc story has {key}: {m}");
     }
     let (time, mem) = (&m["tables"][0], &m["tables"][1]);
-    assert_eq!(time["rows"].as_array().unwrap().len(), 16, "{time}");
-    assert_eq!(mem["rows"].as_array().unwrap().len(), 16, "{mem}");
+    assert_eq!(time["rows"].as_array().unwrap().len(), 18, "{time}");
+    assert_eq!(mem["rows"].as_array().unwrap().len(), 18, "{mem}");
     assert!(time["columns"][4] == "mimalloc ms" && mem["columns"][2] == "peak RSS: tid");
     assert!(
         mem["rows"][0][12] == "yes",

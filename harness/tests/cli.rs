@@ -59,3 +59,46 @@ fn arch_selects_one_layout_with_its_geometry() {
     assert_eq!(l["page_size"], 65536);
     assert_eq!(l["index_bits"], serde_json::json!([6, 13, 13]));
 }
+
+#[test]
+fn malloc_bench_rptest_reports_one_accounted_row_and_checks_its_cross_rate() {
+    let out = harness(&[
+        "malloc-bench",
+        "--json",
+        "--workload",
+        "rptest",
+        "--allocator",
+        "system",
+        "--threads",
+        "2",
+        "--repeat",
+        "1",
+        "--cross-per-mille",
+        "500",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let r = &v["results"][0];
+    assert_eq!(r["workload"], "rptest");
+    assert_eq!(r["threads"], 2);
+    assert_eq!(r["all_accounted"], true, "{r}");
+    assert_eq!(r["allocs"], r["frees"]);
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+    let bad = harness(&[
+        "malloc-bench",
+        "--workload",
+        "rptest",
+        "--cross-per-mille",
+        "1001",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8(bad.stderr)
+            .unwrap()
+            .contains("--cross-per-mille")
+    );
+}

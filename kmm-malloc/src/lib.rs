@@ -13,6 +13,11 @@
 //! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `sheaves`, the
 //!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
 //!   line and counters to stderr at exit.
+//! * The caches keep Linux's tunables except the sheaves front's barn,
+//!   which may hold up to 1 MiB of full sheaves per cache (a program that
+//!   frees a thousand blocks in a row then exchanges sheaves instead of
+//!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
+//!   the objects per sheaf and the full sheaves per barn.
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are
@@ -40,7 +45,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use platform::Preload;
 use region::Region;
-use slub_core::{CacheFlags, Kmalloc};
+use slub_core::{CacheConfig, CacheFlags, Kmalloc};
 
 const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
@@ -69,6 +74,19 @@ pub(crate) fn kmalloc() -> Option<&'static Kmalloc<Preload>> {
         return Some(unsafe { (*KM.0.get()).assume_init_ref() });
     }
     init()
+}
+
+/// The caches, known to be set up: for `free` of a slab object, whose class
+/// entry only exists because a `malloc` found them READY.
+///
+/// # Safety
+/// A `malloc` that returned a slab object happened before this call (the
+/// object's `free` is ordered after its `malloc`, and that `malloc` read
+/// READY with Acquire after `KM` was written).
+#[inline(always)]
+pub(crate) unsafe fn kmalloc_ready() -> &'static Kmalloc<Preload> {
+    // SAFETY: the caller's contract: `KM` was written and published.
+    unsafe { (*KM.0.get()).assume_init_ref() }
 }
 
 fn gettid() -> i32 {
@@ -105,7 +123,7 @@ fn init() -> Option<&'static Kmalloc<Preload>> {
     };
     let made = REGION
         .init()
-        .then(|| Kmalloc::new(&REGION, LinuxCpus::with_locks(&LOCKS), flags).ok())
+        .then(|| Kmalloc::with_config(&REGION, LinuxCpus::with_locks(&LOCKS), flags, config).ok())
         .flatten();
     let Some(km) = made else {
         STATE.store(FAILED, Ordering::Release);
@@ -118,6 +136,49 @@ fn init() -> Option<&'static Kmalloc<Preload>> {
     // SAFETY: the handlers are `extern "C"` functions valid for the process.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     kmalloc()
+}
+
+/// Bytes of full sheaves a cache's barn may keep (sheaves front): a
+/// program that frees a thousand blocks in a row (glibc-simple, alloc-test)
+/// then exchanges sheaves with the barn instead of flushing them to slabs
+/// (334 -> 188 instructions per malloc+free pair on glibc-simple under
+/// callgrind; BENCHMARKS.md, session 10).
+const BARN_BYTES: usize = 1 << 20;
+/// Full sheaves per barn at most, however small the objects.
+const BARN_MAX_FULL: usize = 64;
+
+/// The tunables of the cache of `size`-byte objects: Linux's defaults, but
+/// the barn holds up to [`BARN_BYTES`] of full sheaves (never fewer sheaves
+/// than Linux's 10, never more than [`BARN_MAX_FULL`]).
+/// `KMM_SLUB_SHEAF` (objects per sheaf) and `KMM_SLUB_BARN` (full sheaves)
+/// override, for experiments.
+fn config(size: usize) -> CacheConfig {
+    let d = CacheConfig::default();
+    let sheaf = env_num(c"KMM_SLUB_SHEAF")
+        .unwrap_or(d.sheaf_capacity)
+        .max(1);
+    let barn = (BARN_BYTES / (size * sheaf)).clamp(d.barn_max_full, BARN_MAX_FULL);
+    CacheConfig {
+        sheaf_capacity: sheaf,
+        barn_max_full: env_num(c"KMM_SLUB_BARN").unwrap_or(barn),
+        barn_max_empty: d.barn_max_empty.max(barn),
+        ..d
+    }
+}
+
+/// Environment variable `name` as a number, if set and one.
+fn env_num(name: &core::ffi::CStr) -> Option<usize> {
+    // SAFETY: as in `env_is`.
+    unsafe {
+        let v = libc::getenv(name.as_ptr());
+        if v.is_null() {
+            return None;
+        }
+        core::str::from_utf8(core::ffi::CStr::from_ptr(v).to_bytes())
+            .ok()?
+            .parse()
+            .ok()
+    }
 }
 
 /// Whether environment variable `name` equals `want` (`getenv` does not

@@ -26,9 +26,11 @@ use lock_api::RawMutex as _;
 
 /// Page size of the region (the granule slub-core sees).
 pub const PAGE: usize = 4096;
-/// Reserved bytes (no memory until touched; `MAP_NORESERVE`).
-const REGION_BYTES: usize = 64 << 30;
-const REGION_PAGES: usize = REGION_BYTES / PAGE;
+/// Reserved bytes (no memory until touched; `MAP_NORESERVE`): the most,
+/// halved until the kernel (or a tool such as valgrind, whose address-space
+/// manager refuses 64 GiB in one piece) accepts, down to the least.
+const REGION_BYTES_MAX: usize = 64 << 30;
+const REGION_BYTES_MIN: usize = 1 << 30;
 /// Free lists for blocks of 1..=MAX_LIST_PAGES pages (1 MiB).
 const MAX_LIST_PAGES: usize = 256;
 /// Freed blocks stay resident (reused without new page faults) while the
@@ -49,6 +51,8 @@ const HUGE_MAGIC: usize = 0x6b6d_6d5f_6875_6765;
 /// The region, its table and its free lists.
 pub struct Region {
     base: AtomicUsize,
+    /// Bytes reserved at `base` (set with it).
+    bytes: AtomicUsize,
     table: AtomicUsize,
     lock: YieldLock,
     /// Under `lock`: bump pointer (offset) and free-list heads (a freed
@@ -71,6 +75,7 @@ impl Region {
     pub const fn new() -> Self {
         Self {
             base: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
             table: AtomicUsize::new(0),
             lock: YieldLock::INIT,
             bump: core::cell::UnsafeCell::new(0),
@@ -83,12 +88,20 @@ impl Region {
 
     /// Reserves the region and its table; false if the kernel refused.
     pub fn init(&self) -> bool {
-        let region = map(REGION_BYTES);
-        let table = map(REGION_PAGES * 4);
+        let mut bytes = REGION_BYTES_MAX;
+        let region = loop {
+            let r = map(bytes);
+            if !r.is_null() || bytes == REGION_BYTES_MIN {
+                break r;
+            }
+            bytes /= 2;
+        };
+        let table = map(bytes / PAGE * 4);
         if region.is_null() || table.is_null() {
             return false;
         }
         self.table.store(table as usize, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
         self.base.store(region as usize, Ordering::Release);
         true
     }
@@ -107,7 +120,7 @@ impl Region {
     #[inline(always)]
     pub fn entry(&self, p: usize) -> Option<&AtomicU32> {
         let off = p.wrapping_sub(self.base.load(Ordering::Relaxed));
-        if off >= REGION_BYTES {
+        if off >= self.bytes.load(Ordering::Relaxed) {
             return None;
         }
         let t = self.table.load(Ordering::Relaxed) as *const AtomicU32;
@@ -162,7 +175,7 @@ impl Region {
                 PAGE
             });
             let at = (base + *bump).next_multiple_of(a);
-            if at + bytes <= base + REGION_BYTES {
+            if at + bytes <= base + self.bytes.load(Ordering::Relaxed) {
                 *bump = at + bytes - base;
                 got = at;
             }

@@ -3,7 +3,7 @@
 //! costs a slab operation, not a page-allocator call: no cliff at 16384);
 //! larger sizes go straight to the platform's frames.
 
-use crate::cache::{CacheFlags, KmemCache};
+use crate::cache::{CacheConfig, CacheFlags, KmemCache};
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::mem::PlatformMem;
 use crate::page_source::SlabPages;
@@ -87,20 +87,41 @@ where
     /// Each cache holds a copy of the handles `mem` and `cpus` (a reference
     /// or a zero-sized type, as a platform's handles are).
     pub fn new(mem: K::Mem, cpus: K::Cpu, flags: CacheFlags) -> Result<Self, CacheError> {
-        Self::with_names(NAMES, mem, cpus, flags)
+        Self::with_names(NAMES, mem, cpus, flags, |_| CacheConfig::default())
     }
 
-    /// As [`new`](Self::new), the caches named `names` (bucket sets).
+    /// As [`new`](Self::new), each cache with the tunables `config(size)`
+    /// for its object size (a hosted malloc may want bigger per-CPU caches
+    /// than a kernel, scaled by size: kmm-malloc).
+    pub fn with_config(
+        mem: K::Mem,
+        cpus: K::Cpu,
+        flags: CacheFlags,
+        config: impl Fn(usize) -> CacheConfig,
+    ) -> Result<Self, CacheError> {
+        Self::with_names(NAMES, mem, cpus, flags, config)
+    }
+
+    /// As [`with_config`](Self::with_config), the caches named `names` (bucket sets).
     fn with_names(
         names: [&'static str; NR_KMALLOC_CLASSES],
         mem: K::Mem,
         cpus: K::Cpu,
         flags: CacheFlags,
+        config: impl Fn(usize) -> CacheConfig,
     ) -> Result<Self, CacheError> {
         let made: [Result<KmemCache<K>, CacheError>; NR_KMALLOC_CLASSES] =
             core::array::from_fn(|i| {
                 let size = KMALLOC_MIN_SIZE << i;
-                KmemCache::new(names[i], size, size, flags, mem.clone(), cpus.clone())
+                KmemCache::with_config(
+                    names[i],
+                    size,
+                    size,
+                    flags,
+                    mem.clone(),
+                    cpus.clone(),
+                    config(size),
+                )
             });
         if let Some(Err(e)) = made.iter().find(|r| r.is_err()) {
             return Err(*e);

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 const ALLOCATORS: [&str; 4] = ["slub", "sheaves", "mimalloc", "system"];
 
 /// Workloads in table order (malloc-bench's names).
-const WORKLOADS: [&str; 8] = [
+const WORKLOADS: [&str; 9] = [
     "larson",
     "xmalloc",
     "mstress",
@@ -26,11 +26,12 @@ const WORKLOADS: [&str; 8] = [
     "alloc-test",
     "glibc-simple",
     "glibc-thread",
+    "rptest",
 ];
 
 /// Short names for the chart's category axis (the table has the full ones).
-const SHORT: [&str; 8] = [
-    "larson", "xmalloc", "mstress", "scratch", "sh6", "alloc", "g-simple", "g-thread",
+const SHORT: [&str; 9] = [
+    "larson", "xmalloc", "mstress", "scratch", "sh6", "alloc", "g-simple", "g-thread", "rptest",
 ];
 
 /// The preloadable library where `malloc-bench` looks for it by default:
@@ -308,7 +309,7 @@ pub fn story(rs: &[RunResult], preload: &Result<PathBuf, String>) -> Story {
         id: "malloc",
         title: "Issue 18: the field's allocator workloads (malloc-bench)".into(),
         seed: vec![
-            "mimalloc-bench's workloads (larson, xmalloc-test, mstress, cache-scratch, sh6bench, alloc-test, glibc-simple, glibc-thread), written from their published descriptions; allocators are judged by time and memory.".into(),
+            "mimalloc-bench's workloads (larson, xmalloc-test, mstress, cache-scratch, sh6bench, alloc-test, glibc-simple, glibc-thread, rptest), written from their published descriptions; allocators are judged by time and memory.".into(),
             "Linux's sheaves as the default for every cache: −1 % to −11 % on some workloads; sheaves lose per-CPU partial slabs' spatial locality and raise fragmentation (Lameter, 2026).".into(),
         ],
         tables: vec![time, mem],

@@ -71,6 +71,7 @@ where
             self.pages.get().clone(),
             self.caches[0].cpus().clone(),
             flags,
+            |_| crate::CacheConfig::default(),
         )?;
         Ok(KmemBuckets { set, name })
     }

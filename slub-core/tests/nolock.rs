@@ -266,13 +266,16 @@ fn nolock_from_interrupt_context_at_every_preemption_point() {
 /// update (the interrupted code holds the CPU).
 #[test]
 fn nolock_on_the_sheaves_from_interrupt_context() {
+    let rounds = scale(3000);
     let (n, ok) = irq_run(
         CacheFlags::SHEAVES,
         IrqHosted::<false>(HostedCpus::new(1)),
         5,
     );
+    // At least the direct calls (one every 5 rounds), half of them
+    // allocations, most of which find an object.
     assert!(
-        n > 100 && ok > 20,
+        n >= rounds / 5 && ok > rounds / 40,
         "the handler ran ({n} calls, {ok} allocations)"
     );
 }

@@ -7,9 +7,9 @@
 /// Library crates: all `#![no_std]` with default features (the kernel build), hosted pieces
 /// behind `std`; `stats` and `debug` where a crate has something to gate (see
 /// [`crates_with_feature`](super::crates_with_feature)). They are linted, tested on the host
-/// and under qemu, built bare-metal, packaged, checked on the MSRV, and searched for `tests/loom_*.rs`. Some also have
-/// `testing` (test support, not part of the API): their own tests turn it on through a
-/// dev-dependency on themselves, so no row has to name it.
+/// and under qemu, built bare-metal, packaged, checked on the MSRV, and searched for
+/// `tests/loom_*.rs`. Some also have `testing` (test support, not part of the API): their own
+/// tests turn it on through a dev-dependency on themselves, so no row has to name it.
 pub const LIB_CRATES: &[&str] = &[
     "arch-api",
     "arch-x86_64",

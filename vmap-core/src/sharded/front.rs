@@ -25,16 +25,19 @@
 //! cold path: every node's pool is drained, every empty slice (no live and
 //! no parked area) goes back to the reserve, and the request is tried on
 //! its own node (small requests), in the reserve and, if it fits in one
-//! slice, in every node's slices. [`drain_pools`](VmapNodes::drain_pools)
+//! slice, in every node's slices. [`drain_pools`](super::VmapNodes::drain_pools)
 //! gives empty slices back too. An exact request for a range parked in a
 //! pool takes it out of the pool. Slices are not given back when their last
 //! area is freed: a node that frees its only area and allocates again would
 //! otherwise take the reserve lock twice per pair. Instead the pools decay
-//! ([`VmapNodes::decay_pools`], `front/decay.rs`): every purge releases the
-//! oldest quarter of each pool and gives the slices left empty back, so a
-//! node that stops allocating returns its space within a bounded number of
-//! purges. Non-blocking requests ([`VmapNodes::try_alloc_on`]) are in
-//! `front/nowait.rs`.
+//! ([`VmapNodes::decay_pools`](super::VmapNodes::decay_pools), `front/decay.rs`):
+//! every purge releases the oldest quarter of each pool and gives the slices
+//! left empty back, so a node that stops allocating returns its space within
+//! a bounded number of purges. Non-blocking requests
+//! ([`VmapNodes::try_alloc_on`](super::VmapNodes::try_alloc_on)) are in
+//! `front/nowait.rs`. The node's slices are handled in `front/slices.rs`, its
+//! pool in `front/pools.rs`, the [`VmapNodes`](super::VmapNodes) methods in
+//! `front/nodes.rs`.
 //!
 //! **Placement guarantee.** Every area lies in `[vstart, vend)`, satisfies
 //! `align`, `phase` and `nocross`, and overlaps no other live area. Within
@@ -63,7 +66,6 @@
 //! Locks: a node lock may be held while the reserve lock is taken; never two
 //! node locks at once.
 
-use super::VmapNodes;
 use super::pool::{Pool, PoolEntry};
 use crate::VirtAddr;
 use crate::error::VmapError;
@@ -74,10 +76,13 @@ use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
+use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
 
 mod decay;
+mod nodes;
 mod nowait;
+mod pools;
+mod slices;
 
 /// No node owns the slice: the reserve does.
 const NO_OWNER: u16 = u16::MAX;
@@ -219,153 +224,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         self.nodes.len() as u16
     }
 
-    /// The owner entry of the slice holding `addr`, if it is a whole slice.
-    fn owner_slot(&self, addr: u64) -> Option<&AtomicU16> {
-        let idx = (addr / self.slice_size).checked_sub(self.first_slice)?;
-        self.owner.get(idx as usize)
-    }
-
-    /// Request clipped to one slice, or `None` if it cannot fit there.
-    fn clip(&self, req: &AllocRequest, fit: &Fit, index: u64) -> Option<AllocRequest> {
-        let s0 = index * self.slice_size;
-        let s1 = s0 + self.slice_size;
-        let lo = fit.vstart.max(s0);
-        let hi = fit.vend.min(s1);
-        if lo >= hi || hi - lo < fit.size {
-            return None;
-        }
-        Some(AllocRequest {
-            vstart: VirtAddr::new(lo),
-            vend: VirtAddr::new(hi),
-            ..*req
-        })
-    }
-
-    fn alloc_in_slices(
-        &self,
-        st: &mut NodeState<L>,
-        req: &AllocRequest,
-        fit: &Fit,
-    ) -> Option<VmapArea> {
-        for sl in &mut st.slices {
-            if let Some(r) = self.clip(req, fit, sl.index) {
-                if let Ok(a) = sl.space.alloc_request(&r) {
-                    return Some(a);
-                }
-            }
-        }
-        None
-    }
-
-    fn new_slice_space(&self, index: u64, node: u16) -> Result<Space, VmapError> {
-        let s0 = index * self.slice_size;
-        Ok(Space::new(
-            VirtAddr::new(s0),
-            VirtAddr::new(s0 + self.slice_size),
-            self.page_size,
-            VecSource::new(),
-        )?
-        .with_node_id(node))
-    }
-
-    fn insert_slice(st: &mut NodeState<L>, sl: Slice) -> usize {
-        let pos = st.slices.partition_point(|x| x.index < sl.index);
-        st.slices.insert(pos, sl);
-        pos
-    }
-
-    /// Takes a new slice from the reserve for node `st` (node lock held).
-    fn grow(&self, st: &mut NodeState<L>, req: &AllocRequest, fit: &Fit) -> Option<VmapArea> {
-        self.grow_in(st, req, fit, self.reserve.lock())
-    }
-
-    /// [`grow`](Self::grow) with the reserve already locked.
-    fn grow_in(
-        &self,
-        st: &mut NodeState<L>,
-        req: &AllocRequest,
-        fit: &Fit,
-        mut reserve: MutexGuard<'_, R, Space>,
-    ) -> Option<VmapArea> {
-        let ss = self.slice_size;
-        let lo = (fit.vstart / ss * ss).max(self.start);
-        let hi = fit.vend.div_ceil(ss).saturating_mul(ss).min(self.end);
-        let slot = reserve
-            .alloc(ss, ss, VirtAddr::new(lo), VirtAddr::new(hi))
-            .ok()?;
-        let index = slot.va_start.as_u64() / ss;
-        let space = match self.new_slice_space(index, st.id) {
-            Ok(s) => s,
-            Err(_) => {
-                // Give the slot back; nothing changed.
-                let _ = reserve.find_unlink(slot.va_start);
-                return None;
-            }
-        };
-        if let Some(o) = self.owner_slot(slot.va_start.as_u64()) {
-            o.store(st.id, Ordering::Release);
-        }
-        drop(reserve);
-        let pos = Self::insert_slice(st, Slice { index, space });
-        let r = self.clip(req, fit, index)?;
-        st.slices[pos].space.alloc_request(&r).ok()
-    }
-
-    fn take_pooled(&self, st: &mut NodeState<L>, fit: &Fit) -> Option<VmapArea> {
-        let c = st.pool.class(fit.size / self.page_size)?;
-        let e = st.pool.take(c, |a| fit.accepts(a))?;
-        let sl = Self::slice_mut(st, e.slice)?;
-        Some(sl.space.unpark(e.node))
-    }
-
-    fn slice_mut(st: &mut NodeState<L>, index: u64) -> Option<&mut Slice> {
-        let pos = st.slices.binary_search_by_key(&index, |s| s.index).ok()?;
-        Some(&mut st.slices[pos])
-    }
-
-    fn drain_locked(st: &mut NodeState<L>) {
-        for e in st.pool.take_all() {
-            if let Some(sl) = Self::slice_mut(st, e.slice) {
-                sl.space.release_parked(e.node);
-            }
-        }
-    }
-
-    /// Steal from node `j` for node `i` (no lock held on entry).
-    fn steal(&self, i: usize, j: usize, req: &AllocRequest, fit: &Fit) -> Option<VmapArea> {
-        let mut victim = self.nodes[j].lock();
-        // a) An empty slice of j intersecting the window changes owner.
-        let pos = victim
-            .slices
-            .iter()
-            .position(|s| s.space.is_empty() && self.clip(req, fit, s.index).is_some());
-        if let Some(pos) = pos {
-            #[cfg(kmm_loom)]
-            if crate::loom_mutation::MUTATION.active(crate::loom_mutation::STEAL_UNCHECKED) {
-                // Broken variant (loom_steal_broken): the emptiness check is
-                // made under one acquisition of the victim's lock and the
-                // slice taken under a second one, without checking again;
-                // the owner may have allocated in it in between.
-                drop(victim);
-                victim = self.nodes[j].lock();
-            }
-            let mut sl = victim.slices.remove(pos);
-            if let Some(o) = self.owner_slot(sl.index * self.slice_size) {
-                o.store(i as u16, Ordering::Release);
-            }
-            drop(victim);
-            sl.space.set_node_id(i as u16);
-            let index = sl.index;
-            let mut st = self.nodes[i].lock();
-            let pos = Self::insert_slice(&mut st, sl);
-            let r = self.clip(req, fit, index)?;
-            return st.slices[pos].space.alloc_request(&r).ok();
-        }
-        // b) Carve from j's slices; the area belongs to j.
-        self.alloc_in_slices(&mut victim, req, fit)
-    }
-
-    fn free_on(&self, node: u16, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+    pub(super) fn free_on(&self, node: u16, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         let a = addr.as_u64();
         if node as usize >= self.nodes.len() {
             return self.reserve.lock().find_unlink(addr);
@@ -402,7 +261,12 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     /// Steps 1 to 6 of the module docs for a request without an exact
     /// address.
     #[inline]
-    fn alloc_fast(&self, i: usize, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+    pub(super) fn alloc_fast(
+        &self,
+        i: usize,
+        req: &AllocRequest,
+        fit: &Fit,
+    ) -> Result<VmapArea, VmapError> {
         let nr = self.nodes.len();
         if fit.size <= self.slice_size / 4 {
             let mut guard = self.nodes[i].lock();
@@ -434,7 +298,12 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
 
     /// An exact request `[a, a + size)`: in the slice's owner if a node owns
     /// the slice holding `a`, else in the reserve.
-    fn alloc_exact(&self, a: u64, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+    pub(super) fn alloc_exact(
+        &self,
+        a: u64,
+        req: &AllocRequest,
+        fit: &Fit,
+    ) -> Result<VmapArea, VmapError> {
         let owner = self
             .owner_slot(a)
             .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
@@ -482,7 +351,12 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     /// See "No-space guarantee" in the module docs.
     #[cold]
     #[inline(never)]
-    fn alloc_slow(&self, i: usize, req: &AllocRequest, fit: &Fit) -> Result<VmapArea, VmapError> {
+    pub(super) fn alloc_slow(
+        &self,
+        i: usize,
+        req: &AllocRequest,
+        fit: &Fit,
+    ) -> Result<VmapArea, VmapError> {
         self.drain_all();
         if let Some(a) = req.exact {
             return self.alloc_exact(a.as_u64(), req, fit);
@@ -510,91 +384,6 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
             }
         }
         r
-    }
-
-    /// Gives node `st`'s empty slices (no live nor parked area) back to the
-    /// reserve (node lock held), so that requests spanning them, or larger
-    /// than a quarter slice, can use their space again.
-    fn give_back_empty(&self, st: &mut NodeState<L>) {
-        if !st.slices.iter().any(|s| s.space.is_empty()) {
-            return;
-        }
-        let mut reserve = self.reserve.lock();
-        st.slices.retain(|sl| {
-            if !sl.space.is_empty() {
-                return true;
-            }
-            let s0 = sl.index * self.slice_size;
-            // Under the reserve lock, so a free of an address in the slice
-            // that reads NO_OWNER (a double free) waits for the unlink below
-            // and then finds nothing.
-            if let Some(o) = self.owner_slot(s0) {
-                o.store(NO_OWNER, Ordering::Release);
-            }
-            // Cannot fail: the slice has been busy in the reserve since
-            // `grow` handed it out.
-            let _ = reserve.find_unlink(VirtAddr::new(s0));
-            false
-        });
-    }
-
-    /// [`drain_pool`](Self::drain_pool) on every node.
-    fn drain_all(&self) {
-        for i in 0..self.nodes.len() {
-            self.drain_pool(i);
-        }
-    }
-
-    /// Drains node `node`'s pool and gives its empty slices back to the
-    /// reserve.
-    pub fn drain_pool(&self, node: usize) {
-        let node = node % self.nodes.len();
-        #[cfg(kmm_loom)]
-        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::DRAIN_TWO_PHASE) {
-            // Broken variant (loom_drain_broken): the drain copies the pool
-            // under one lock acquisition, releases the copied areas under a
-            // second, then clears the pool — dropping any area parked in
-            // between, which then stays busy forever (a leak).
-            let snap = self.nodes[node].lock().pool.snapshot();
-            let mut st = self.nodes[node].lock();
-            for e in snap {
-                if let Some(sl) = Self::slice_mut(&mut st, e.slice) {
-                    sl.space.release_parked(e.node);
-                }
-            }
-            st.pool.clear();
-            return;
-        }
-        #[cfg(kmm_loom)]
-        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::GIVE_BACK_UNCHECKED) {
-            // Broken variant (loom_give_back_broken): the empty slices are
-            // picked under one acquisition of the node's lock and given back
-            // under a second one, without checking again; the node may have
-            // allocated in one of them in between.
-            let empty: Vec<u64> = {
-                let mut st = self.nodes[node].lock();
-                Self::drain_locked(&mut st);
-                let e = st.slices.iter().filter(|s| s.space.is_empty());
-                e.map(|s| s.index).collect()
-            };
-            let mut st = self.nodes[node].lock();
-            let mut reserve = self.reserve.lock();
-            st.slices.retain(|sl| {
-                if !empty.contains(&sl.index) {
-                    return true;
-                }
-                let s0 = sl.index * self.slice_size;
-                if let Some(o) = self.owner_slot(s0) {
-                    o.store(NO_OWNER, Ordering::Release);
-                }
-                let _ = reserve.find_unlink(VirtAddr::new(s0));
-                false
-            });
-            return;
-        }
-        let mut st = self.nodes[node].lock();
-        Self::drain_locked(&mut st);
-        self.give_back_empty(&mut st);
     }
 
     /// Checks every node's slices, pools and owner entries, and the reserve.
@@ -642,128 +431,5 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
                 f(a);
             }
         }
-    }
-}
-
-impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
-    type Lazy = L;
-
-    fn nr_nodes(&self) -> usize {
-        self.nodes.len()
-    }
-
-    fn page_size(&self) -> u64 {
-        self.page_size
-    }
-
-    fn range(&self) -> (VirtAddr, VirtAddr) {
-        (VirtAddr::new(self.start), VirtAddr::new(self.end))
-    }
-
-    fn alloc_on(&self, node: usize, req: &AllocRequest) -> Result<VmapArea, VmapError> {
-        let fit = req.validate(self.start, self.end, self.page_size)?;
-        let i = node % self.nodes.len();
-        let r = match req.exact {
-            Some(a) => self.alloc_exact(a.as_u64(), req, &fit),
-            None => self.alloc_fast(i, req, &fit),
-        };
-        match r {
-            Err(VmapError::NoSpace { .. }) => self.alloc_slow(i, req, &fit),
-            r => r,
-        }
-    }
-
-    fn free_area(&self, area: &VmapArea) -> Result<VmapArea, VmapError> {
-        #[cfg(kmm_loom)]
-        if crate::loom_mutation::MUTATION.active(crate::loom_mutation::FREE_BY_HASH) {
-            // Broken variant (loom_free_broken): route the free by Linux's
-            // address hash (`addr_to_node`: slice number modulo the number
-            // of nodes) instead of the node recorded in the area. An area
-            // whose slice went to another node is then looked for in the
-            // wrong node.
-            let n = (area.va_start.as_u64() / self.slice_size) % self.nodes.len() as u64;
-            return self.free_on(n as u16, area.va_start);
-        }
-        self.free_on(area.node, area.va_start)
-    }
-
-    fn free(&self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
-        if owner == NO_OWNER {
-            return self.reserve.lock().find_unlink(addr);
-        }
-        self.free_on(owner, addr)
-    }
-
-    fn find(&self, addr: VirtAddr) -> Option<VmapArea> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
-        if owner == NO_OWNER {
-            return self.reserve.lock().find(addr);
-        }
-        let mut st = self.nodes[owner as usize].lock();
-        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)?
-            .space
-            .find(addr)
-    }
-
-    fn with_lazy<T>(&self, node: usize, f: impl FnOnce(&mut L) -> T) -> T {
-        f(&mut self.nodes[node % self.nodes.len()].lock().lazy)
-    }
-
-    fn try_alloc_on(
-        &self,
-        node: usize,
-        req: &AllocRequest,
-        publish: impl FnOnce(&mut L, &VmapArea),
-    ) -> Result<VmapArea, VmapError> {
-        self.try_alloc(node, req, publish)
-    }
-
-    fn drain_pools(&self) {
-        self.drain_all();
-    }
-
-    fn decay_pools(&self, full: bool) {
-        self.decay(full);
-    }
-
-    fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
-        if owner == NO_OWNER {
-            return self.reserve.lock().resize(addr, size);
-        }
-        // Inside the area's slice only (the slice's space bounds it); a
-        // parked area in the way refuses too.
-        let mut st = self.nodes[owner as usize].lock();
-        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)
-            .ok_or(VmapError::NotFound {
-                addr: addr.as_u64(),
-            })?
-            .space
-            .resize(addr, size)
-    }
-
-    fn busy_bytes(&self) -> u64 {
-        let mut total = 0;
-        for m in self.nodes.iter() {
-            total += m
-                .lock()
-                .slices
-                .iter()
-                .map(|s| s.space.busy_bytes())
-                .sum::<u64>();
-        }
-        let owned = self
-            .owner
-            .iter()
-            .filter(|o| o.load(Ordering::Acquire) != NO_OWNER)
-            .count() as u64;
-        total + self.reserve.lock().busy_bytes() - owned * self.slice_size
     }
 }

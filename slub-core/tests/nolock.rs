@@ -97,6 +97,17 @@ thread_local! {
     static TICK: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Runs the thread's interrupt handler once, marked as interrupt context.
+fn run_handler() {
+    IN_IRQ.set(true);
+    let h = IRQ.with(|h| h.borrow_mut().take());
+    if let Some(mut h) = h {
+        h();
+        IRQ.with(|slot| *slot.borrow_mut() = Some(h));
+    }
+    IN_IRQ.set(false);
+}
+
 /// `ThreadCpus` whose preemption points (inside the allocator's operations,
 /// between reading the CPU state and committing it) run the thread's
 /// interrupt handler.
@@ -132,13 +143,7 @@ unsafe impl CpuLocal for IrqCpus {
         if TICK.get() % 2 == 0 {
             return;
         }
-        IN_IRQ.set(true);
-        let h = IRQ.with(|h| h.borrow_mut().take());
-        if let Some(mut h) = h {
-            h();
-            IRQ.with(|slot| *slot.borrow_mut() = Some(h));
-        }
-        IN_IRQ.set(false);
+        run_handler();
     }
 }
 
@@ -219,13 +224,7 @@ fn irq_run<C: CpuLocal>(flags: CacheFlags, cpus: C, direct_every: usize) -> (usi
     for round in 0..rounds {
         if direct_every != 0 && round % direct_every == 0 {
             // An interrupt between two calls: nothing is pinned.
-            IN_IRQ.set(true);
-            let h = IRQ.with(|h| h.borrow_mut().take());
-            if let Some(mut h) = h {
-                h();
-                IRQ.with(|slot| *slot.borrow_mut() = Some(h));
-            }
-            IN_IRQ.set(false);
+            run_handler();
         }
         if round % 3 != 2 {
             let p = c.alloc().unwrap();

@@ -86,7 +86,8 @@ impl<K: Platform> KmemCache<K> {
         if mode == MODE_DESTROYED {
             return Err(AllocError::Destroyed);
         }
-        let sheaf = if mode == MODE_SHEAVES {
+        // Without `debug` the inlined fast path tried the sheaf already.
+        let sheaf = if cfg!(feature = "debug") && mode == MODE_SHEAVES {
             self.sheaves.alloc_nolock(&self.slabs)
         } else {
             None

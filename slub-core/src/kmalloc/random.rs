@@ -5,7 +5,7 @@
 //! next to another site's). The design and its cost: [`RandomKmalloc`].
 
 use super::random_site::RandomSite;
-use super::{KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES, kmalloc_index};
+use super::{KMALLOC_MIN_SIZE, Kmalloc, NR_KMALLOC_CLASSES};
 use crate::cache::{CacheFlags, KmemCache};
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::mem::PlatformMem;
@@ -184,12 +184,10 @@ impl<K: Platform> RandomKmalloc<K> {
         caller.wrapping_mul(self.key) >> (usize::BITS - NR_RANDOM_COPIES.trailing_zeros())
     }
 
+    /// Class `class`'s cache in the copy `caller` selects.
     #[inline(always)]
     fn cache(&self, caller: usize, class: usize) -> &KmemCache<K> {
-        let base = self.copies[self.copy_index(caller)];
-        // SAFETY: `class < NR_KMALLOC_CLASSES`: one of the copy's caches,
-        // initialised and owned by `self`.
-        unsafe { &*base.as_ptr().add(class) }
+        &self.site(caller).caches()[class]
     }
 
     /// The copy `caller` selects, as a handle that allocates and frees
@@ -217,17 +215,7 @@ impl<K: Platform> RandomKmalloc<K> {
     /// Large sizes come from the general path.
     #[inline(always)]
     pub fn alloc_caller(&self, layout: Layout, caller: usize) -> Result<NonNull<u8>, AllocError> {
-        match kmalloc_index(layout.size(), layout.align()) {
-            #[cfg(feature = "debug")]
-            Some(i) => {
-                let c = self.cache(caller, i);
-                c.alloc()
-                    .inspect(|&p| c.set_requested_size(p, layout.size()))
-            }
-            #[cfg(not(feature = "debug"))]
-            Some(i) => self.cache(caller, i).alloc(),
-            None => self.general.alloc(layout),
-        }
+        self.site(caller).alloc(layout)
     }
 
     /// [`alloc_caller`](Self::alloc_caller) keyed by the calling line's
@@ -255,12 +243,8 @@ impl<K: Platform> RandomKmalloc<K> {
         layout: Layout,
         caller: usize,
     ) -> Result<(), FreeError> {
-        match kmalloc_index(layout.size(), layout.align()) {
-            // SAFETY: the caller's contract.
-            Some(i) => unsafe { self.cache(caller, i).free(ptr) },
-            // SAFETY: the caller's contract: a large block of the general path.
-            None => unsafe { self.general.free(ptr, layout) },
-        }
+        // SAFETY: the caller's contract: allocated through this key's copy.
+        unsafe { self.site(caller).free(ptr, layout) }
     }
 
     /// `kmalloc` without a caller: the general caches.

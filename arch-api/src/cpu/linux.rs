@@ -19,6 +19,12 @@
 //!   waiting when the lock is held (its holder was preempted or migrated
 //!   inside its section), so the sheaves front can fall back to the slab
 //!   layer rather than wait for a descheduled holder.
+//! * On x86_64 with glibc's rseq area the caller's own CPU's lock is taken
+//!   by a restartable sequence, a plain store and no LOCKed instruction;
+//!   another CPU's lock ([`try_pin_id`](LinuxCpus::try_pin_id)) by a
+//!   compare-exchange and a `membarrier` fence aimed at that CPU. Elsewhere
+//!   every lock is taken by compare-exchange. [`LinuxCpus::uses_rseq`]
+//!   says which; the `rseq` module explains why it is sound.
 //! * `OWNER_ONLY_WRITES = false`: the tid fast path uses the SMP DW-CAS; a
 //!   thread migrated between reading the tid and the CAS fails the CAS and
 //!   retries.
@@ -37,30 +43,42 @@
 //! ```
 
 use super::CpuLocal;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+mod rseq;
+use rseq::Local;
 
 /// Most CPUs a [`LinuxCpus`] handles (ids at or above it share slots
 /// modulo this count).
 pub const MAX_LINUX_CPUS: usize = 1024;
 
-/// One CPU's lock, alone on its cache line.
+/// One CPU's lock, alone on its cache line (the rseq section indexes the
+/// array by `id << 6`).
 #[derive(Debug)]
 #[repr(align(64))]
-pub struct CpuLock(AtomicBool);
+pub struct CpuLock(AtomicU8);
+
+const _: () = assert!(core::mem::size_of::<CpuLock>() == 64);
 
 impl CpuLock {
     /// An unlocked lock (`const`, for a `static` array).
     pub const fn new() -> Self {
-        CpuLock(AtomicBool::new(false))
+        CpuLock(AtomicU8::new(rseq::FREE))
     }
 
+    /// The compare-exchange taker (no rseq in this process).
     #[inline(always)]
     fn try_lock(&self) -> bool {
         // Test first: a held lock costs a shared read, not a line transfer.
-        !self.0.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed) == rseq::FREE
             && self
                 .0
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(
+                    rseq::FREE,
+                    rseq::LOCAL,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
     }
 
@@ -72,7 +90,7 @@ impl CpuLock {
     /// any more (the child side of `fork`).
     #[inline(always)]
     pub unsafe fn unlock(&self) {
-        self.0.store(false, Ordering::Release);
+        self.0.store(rseq::FREE, Ordering::Release);
     }
 }
 
@@ -87,6 +105,7 @@ impl Default for CpuLock {
 pub struct LinuxCpus {
     nr: usize,
     locks: &'static [CpuLock],
+    rseq: bool,
 }
 
 /// Held while a thread is pinned: the lock of CPU `id`.
@@ -115,13 +134,25 @@ impl LinuxCpus {
 
     /// A backend over `locks` (e.g. a `static` array, for a `malloc` that
     /// must not allocate): as many CPUs as the machine's possible CPUs, at
-    /// most `locks.len()` (ids above share slots modulo that).
+    /// most `locks.len()` (ids above share slots modulo that, and then
+    /// every lock is taken by compare-exchange: two CPUs share one).
+    ///
+    /// Every `LinuxCpus` over the same locks takes them the same way: the
+    /// way is decided once per process.
     pub fn with_locks(locks: &'static [CpuLock]) -> Self {
         assert!(!locks.is_empty(), "LinuxCpus needs at least one lock");
+        let possible = possible_cpus();
         Self {
-            nr: possible_cpus().min(locks.len()),
+            nr: possible.min(locks.len()),
             locks,
+            rseq: locks.len() >= possible && rseq::active(),
         }
+    }
+
+    /// Whether this CPU's lock is taken by an rseq section (no LOCKed
+    /// instruction; see the [module docs](self)).
+    pub fn uses_rseq(&self) -> bool {
+        self.rseq
     }
 
     /// The locks (a `fork` child handler releases them; see
@@ -130,17 +161,60 @@ impl LinuxCpus {
         &self.locks[..self.nr]
     }
 
-    /// Tries to pin CPU `id` (the id of a previous pin, say): its guard, or
-    /// `None` if another thread holds it.
+    /// Tries to pin CPU `id` (the id of a previous pin, say, or any CPU's,
+    /// from any CPU): its guard, or `None` if another thread holds it.
+    /// Under rseq this costs a `membarrier` system call.
     pub fn try_pin_id(&self, id: usize) -> Option<LinuxPin<'_>> {
-        let lock = &self.locks[id % self.nr];
-        lock.try_lock().then(|| LinuxPin { lock })
+        let id = id % self.nr;
+        let lock = &self.locks[id];
+        let taken = if self.rseq {
+            rseq::try_remote(lock, id)
+        } else {
+            lock.try_lock()
+        };
+        taken.then(|| LinuxPin { lock })
     }
 
     #[inline(always)]
     fn cpu(&self) -> usize {
         let id = raw_cpu();
         if id < self.nr { id } else { id % self.nr }
+    }
+
+    /// One attempt at the caller's CPU's lock: `Err(id)` if it is held.
+    #[inline(always)]
+    fn try_current(&self) -> Result<(LinuxPin<'_>, usize), usize> {
+        if self.rseq {
+            // SAFETY: `rseq` is set only when `rseq::active()` and
+            // `locks.len() >= nr`.
+            match unsafe { rseq::try_local(self.locks, self.nr) } {
+                Local::Taken(id) => {
+                    return Ok((
+                        LinuxPin {
+                            lock: &self.locks[id],
+                        },
+                        id,
+                    ));
+                }
+                Local::Busy(id) => return Err(id),
+                Local::NoCpu => return self.try_current_remote(),
+            }
+        }
+        let id = self.cpu();
+        let lock = &self.locks[id];
+        if lock.try_lock() {
+            Ok((LinuxPin { lock }, id))
+        } else {
+            Err(id)
+        }
+    }
+
+    /// A thread without a usable rseq `cpu_id` in an rseq process: takes
+    /// `sched_getcpu()`'s lock the remote way.
+    #[cold]
+    fn try_current_remote(&self) -> Result<(LinuxPin<'_>, usize), usize> {
+        let id = getcpu_cpu() % self.nr;
+        self.try_pin_id(id).map(|g| (g, id)).ok_or(id)
     }
 }
 
@@ -175,10 +249,8 @@ unsafe impl CpuLocal for LinuxCpus {
         loop {
             // The current CPU each time: after a wait the thread may run
             // elsewhere, where the lock is probably free.
-            let id = self.cpu();
-            let lock = &self.locks[id];
-            if lock.try_lock() {
-                return (LinuxPin { lock }, id);
+            if let Ok(pinned) = self.try_current() {
+                return pinned;
             }
             spins += 1;
             if spins < 64 {
@@ -192,9 +264,7 @@ unsafe impl CpuLocal for LinuxCpus {
 
     #[inline(always)]
     fn try_pin(&self) -> Option<(LinuxPin<'_>, usize)> {
-        let id = self.cpu();
-        let lock = &self.locks[id];
-        lock.try_lock().then(|| (LinuxPin { lock }, id))
+        self.try_current().ok()
     }
 
     /// The same try-lock: a signal handler that interrupted the holder (on

@@ -1,0 +1,266 @@
+//! The per-CPU try-lock without a LOCKed instruction: an rseq critical
+//! section (x86_64, glibc 2.35+ with its rseq area registered).
+//!
+//! User space cannot turn preemption off, so [`LinuxCpus`](super::LinuxCpus)
+//! excludes with a lock per CPU. Taking it with `lock cmpxchg` was 36-40 %
+//! of `malloc`'s and `free`'s samples in kmm-malloc (BENCHMARKS.md, issue
+//! 18). A restartable sequence takes it with a plain store instead: the
+//! section reads the thread's `cpu_id` from the rseq area, tests that CPU's
+//! lock and commits by storing `LOCAL` into it. If the thread is preempted,
+//! migrated or signalled before the commit, the kernel restarts the section
+//! at its abort handler, so the test and the store run on one CPU with
+//! nothing of this process in between (the kernel's rseq ABI,
+//! `include/uapi/linux/rseq.h`; Desnoyers, "Restartable sequences", 2016).
+//!
+//! That excludes only code on the same CPU. A thread taking *another*
+//! CPU's lock (`try_pin_id`: `fork`'s prepare handler) compare-exchanges
+//! it to `REMOTE`, then runs `membarrier(PRIVATE_EXPEDITED_RSEQ)` aimed at
+//! that CPU: the IPI restarts any section running there, so a section that
+//! read the lock free before the exchange either committed already (and
+//! its `LOCAL` overwrote `REMOTE`, which the remote taker reads back and
+//! gives up) or restarts and finds `REMOTE`. Remote takers are serialized,
+//! so a `REMOTE` read back is the reader's own.
+//!
+//! The mode is decided once per process ([`active`]): rseq registered by
+//! glibc for the first thread that asks, a usable `cpu_id`, and the
+//! membarrier command registered. Otherwise (another libc, valgrind, the
+//! glibc tunable `glibc.pthread.rseq=0`, another architecture) every taker
+//! uses the compare-exchange and no fence is needed.
+
+use super::CpuLock;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// Lock values: free, taken by a thread on that CPU (rseq commit), taken
+/// from elsewhere (compare-exchange, then fence).
+pub(super) const FREE: u8 = 0;
+pub(super) const LOCAL: u8 = 1;
+pub(super) const REMOTE: u8 = 2;
+
+const UNKNOWN: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Serializes remote takers between their exchange and their read-back.
+static REMOTE_TAKER: AtomicBool = AtomicBool::new(false);
+
+// `linux/membarrier.h`.
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
+
+fn membarrier(cmd: libc::c_int, flags: libc::c_uint, cpu: libc::c_int) -> bool {
+    // SAFETY: a syscall with integer arguments; no memory is passed.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, flags, cpu) == 0 }
+}
+
+/// Whether the locks are taken by rseq sections in this process (decided
+/// by the first call; the same answer for every thread after it).
+#[inline]
+pub(super) fn active() -> bool {
+    match MODE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => decide(),
+    }
+}
+
+#[cold]
+fn decide() -> bool {
+    let on = supported()
+        && super::rseq_cpu().is_some()
+        && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0);
+    // Racing first callers compute the same answer; the first store wins.
+    let _ = MODE.compare_exchange(
+        UNKNOWN,
+        if on { ON } else { OFF },
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    MODE.load(Ordering::Relaxed) == ON
+}
+
+/// The architectures with a section below, under glibc's area. glibc
+/// exports the area's feature size: 20 or more whenever it registered one
+/// (the fields used, `cpu_id` at 4 and `rseq_cs` at 8, are in the first
+/// 16 bytes).
+fn supported() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
+    {
+        // SAFETY: glibc's start-up constant, read-only afterwards.
+        (unsafe { super::__rseq_size }) >= 20
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_env = "gnu", not(miri))))]
+    false
+}
+
+/// What a local attempt found.
+pub(super) enum Local {
+    /// The lock of CPU `id` (the caller's CPU at the commit) is ours.
+    Taken(usize),
+    /// CPU `id`'s lock is held.
+    Busy(usize),
+    /// The thread has no usable `cpu_id` (not registered), or an id at or
+    /// above `nr`: take the remote path.
+    NoCpu,
+}
+
+/// The rseq section: test the caller's CPU's lock and commit `LOCAL`.
+/// `$window` is extra code between the test and the commit (empty except
+/// in the unit tests, which widen the window to show the fence matters).
+macro_rules! rseq_try_lock {
+    ($locks:expr, $nr:expr, $window:literal) => {{
+        let id: usize;
+        let busy: usize;
+        // SAFETY: the callers (`try_local`, the tests) pass `$locks`
+        // pointing to `$nr` 64-byte `CpuLock`s and run only after
+        // `active()`, so `__rseq_offset` locates the thread's registered
+        // area. The section writes only `locks[id].0` and the area's
+        // `rseq_cs` word, which the ABI gives to the thread.
+        unsafe {
+            core::arch::asm!(
+                // Arm the section (again after an abort: the kernel clears
+                // `rseq_cs` when it restarts one).
+                "2:",
+                "lea {tmp}, [rip + 5f]",
+                "mov qword ptr fs:[{off} + 8], {tmp}",
+                "3:",
+                "mov {id:e}, dword ptr fs:[{off} + 4]",
+                "xor {busy:e}, {busy:e}",
+                "cmp {id}, {nr}",
+                "jae 4f",
+                "mov {tmp}, {id}",
+                "shl {tmp}, 6",
+                "add {tmp}, {locks}",
+                "cmp byte ptr [{tmp}], 0",
+                "jne 6f",
+                $window,
+                "mov byte ptr [{tmp}], 1",
+                "4:",
+                "jmp 7f",
+                // The signature glibc registered (RSEQ_SIG on x86_64), as
+                // the operand of a `ud1`, right before the abort handler.
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "8:",
+                "jmp 2b",
+                "6:",
+                "mov {busy:e}, 1",
+                "7:",
+                // `struct rseq_cs`: version, flags, start_ip,
+                // post_commit_offset, abort_ip.
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "5:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 8b",
+                ".popsection",
+                off = in(reg) $crate::cpu::linux::__rseq_offset,
+                locks = in(reg) $locks,
+                nr = in(reg) $nr,
+                id = out(reg) id,
+                busy = out(reg) busy,
+                tmp = out(reg) _,
+                options(nostack),
+            );
+        }
+        (id, busy)
+    }};
+}
+
+/// One attempt at the caller's CPU's lock by an rseq section (restarted,
+/// not failed, on preemption or migration).
+///
+/// # Safety
+/// [`active`] answered `true`; `locks` has at least `nr` entries.
+#[inline(always)]
+pub(super) unsafe fn try_local(locks: &[CpuLock], nr: usize) -> Local {
+    debug_assert!(locks.len() >= nr && nr <= super::MAX_LINUX_CPUS);
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
+    {
+        let (id, busy) = rseq_try_lock!(locks.as_ptr(), nr, "");
+        return classify(id, busy, nr);
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (locks, nr);
+        Local::NoCpu
+    }
+}
+
+#[inline(always)]
+fn classify(id: usize, busy: usize, nr: usize) -> Local {
+    if id >= nr {
+        Local::NoCpu
+    } else if busy != 0 {
+        Local::Busy(id)
+    } else {
+        Local::Taken(id)
+    }
+}
+
+/// Takes `lock` (CPU `id`'s) from any CPU: exchange, fence that CPU, read
+/// back. `false` if it is held, a local section's commit won, or another
+/// remote taker is between its exchange and its read-back (never waits: a
+/// signal handler may have interrupted that taker).
+pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
+    try_remote_fenced(lock, id, true)
+}
+
+/// `fenced = false` is the unit tests' broken variant.
+fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
+    if lock.0.load(Ordering::Relaxed) != FREE
+        || REMOTE_TAKER
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return false;
+    }
+    let mut ours = lock
+        .0
+        .compare_exchange(FREE, REMOTE, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok();
+    if ours && fenced {
+        fence(id);
+        // A section that read FREE before our exchange and committed
+        // before the IPI wrote LOCAL over REMOTE: it holds the lock.
+        ours = lock.0.load(Ordering::Acquire) == REMOTE;
+    }
+    REMOTE_TAKER.store(false, Ordering::Release);
+    ours
+}
+
+/// Restarts any rseq section running on CPU `id` and orders memory with
+/// it. Registration is per process and survives `fork`; if the kernel
+/// forgot it anyway, register and try again.
+fn fence(id: usize) {
+    let cpu = id as libc::c_int;
+    if membarrier(
+        MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+        MEMBARRIER_CMD_FLAG_CPU,
+        cpu,
+    ) {
+        return;
+    }
+    if membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0)
+        && membarrier(
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+            MEMBARRIER_CMD_FLAG_CPU,
+            cpu,
+        )
+    {
+        return;
+    }
+    // Without the fence a local section could hold the lock with us:
+    // refusing to go on is the only safe answer.
+    let msg = b"arch-api LinuxCpus: membarrier(PRIVATE_EXPEDITED_RSEQ) failed; aborting\n";
+    // SAFETY: writes a static buffer to stderr; `abort` does not return.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+#[cfg(test)]
+#[path = "rseq_tests.rs"]
+mod tests;

@@ -41,10 +41,7 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     };
     if let Some(i) = kmalloc_index(size, align) {
         return match km.caches()[i].alloc() {
-            Ok(p) => {
-                REGION.note_class(p.as_ptr() as usize, i);
-                p.as_ptr()
-            }
+            Ok(p) => p.as_ptr(),
             Err(_) => {
                 set_enomem();
                 null_mut()
@@ -104,9 +101,10 @@ fn dealloc(p: *mut u8) {
     if let Some(e) = REGION.entry(a) {
         let v = e.load(Ordering::Relaxed);
         if v != 0 && v & LARGE == 0 {
-            // SAFETY: a class entry is written only by `malloc` after the
-            // caches were set up, and this free is ordered after that
-            // `malloc` (so no READY check here: one load and branch less).
+            // SAFETY: a class entry is written only for a new slab of the
+            // caches, so after they were set up, and this free is ordered
+            // after the `malloc` that took `p` from that slab (so no READY
+            // check here: one load and branch less).
             let km = unsafe { kmalloc_ready() };
             // SAFETY: the table says `p` was handed out by class `v - 1`;
             // the cache checks the rest (its slab header is mapped: region).

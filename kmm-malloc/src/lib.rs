@@ -45,7 +45,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use platform::Preload;
 use region::Region;
-use slub_core::{CacheConfig, CacheFlags, Kmalloc};
+use slub_core::{CacheConfig, CacheFlags, Kmalloc, NewSlabHook};
 
 const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
@@ -162,7 +162,16 @@ fn config(size: usize) -> CacheConfig {
         sheaf_capacity: sheaf,
         barn_max_full: env_num(c"KMM_SLUB_BARN").unwrap_or(barn),
         barn_max_empty: d.barn_max_empty.max(barn),
+        // `free` finds a pointer's class in the region's table, filled
+        // once per slab rather than checked on every `malloc`.
+        new_slab: Some(NewSlabHook(note_slab)),
         ..d
+    }
+}
+
+fn note_slab(slab: core::ptr::NonNull<u8>, bytes: usize, object_size: usize) {
+    if let Some(class) = slub_core::kmalloc_index(object_size, 1) {
+        REGION.note_slab(slab.as_ptr() as usize, bytes, class);
     }
 }
 

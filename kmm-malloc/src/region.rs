@@ -5,12 +5,13 @@
 //!
 //! C's `free` gets no size, and slub-core's `Kmalloc::free` needs the class.
 //! A slab is naturally aligned but its size depends on the class, so the
-//! class is recorded where the pointer is: `malloc` stores class + 1 in the
-//! entry of the page holding the object it returns (a load and, only when
-//! the page changed class, a store), and `free` reads it back. A pointer is
-//! freed only after its `malloc` returned, and whoever frees it got it
-//! through something that orders the two, so the entry it reads is the one
-//! its `malloc` wrote. Large blocks record [`LARGE`] | pages at their first
+//! class is recorded where the pointer is: when slub-core makes a new slab
+//! its hook (`CacheConfig::new_slab`) stores class + 1 in the entries of
+//! the slab's pages, before any object of the slab is handed out, and
+//! `free` reads it back. A pointer is freed only after its `malloc`
+//! returned, which took it from that slab after the hook ran, and whoever
+//! frees it got it through something that orders the two, so the entry it
+//! reads is the one the hook wrote. Large blocks record [`LARGE`] | pages at their first
 //! page. Region pages are never unmapped: freed blocks are `madvise`d away
 //! (`MADV_DONTNEED`), so the tid fast path's speculative read of a next
 //! pointer in a slab just freed reads zeros (its CAS then fails), never a
@@ -129,13 +130,12 @@ impl Region {
         Some(unsafe { &*t.add(off / PAGE) })
     }
 
-    /// Records that the object `p` (in the region) is of class `class`.
-    #[inline(always)]
-    pub fn note_class(&self, p: usize, class: usize) {
-        if let Some(e) = self.entry(p) {
-            let v = class as u32 + 1;
-            // Store only on change: the line stays shared between CPUs.
-            if e.load(Ordering::Relaxed) != v {
+    /// Records that the slab at `slab` (`bytes` long, in the region) holds
+    /// objects of class `class`.
+    pub fn note_slab(&self, slab: usize, bytes: usize, class: usize) {
+        let v = class as u32 + 1;
+        for page in (slab..slab + bytes).step_by(PAGE) {
+            if let Some(e) = self.entry(page) {
                 e.store(v, Ordering::Relaxed);
             }
         }

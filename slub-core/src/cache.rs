@@ -64,6 +64,54 @@ pub struct CacheConfig {
     /// Seed mixed into the freelist secret and the shuffle (0: derived from
     /// addresses and a counter).
     pub seed: u64,
+    /// Called for every new slab of the cache (none by default): see
+    /// [`NewSlabHook`].
+    pub new_slab: Option<NewSlabHook>,
+}
+
+/// What an embedder learns of each new slab: its first byte, its size in
+/// bytes (a power of two; the slab is aligned to it) and the cache's object
+/// size. Called once the slab's pages are allocated and before any of its
+/// objects is handed out, so whoever gets an object from it finds what the
+/// hook recorded. Linux marks the slab's folio at that point
+/// (`allocate_slab`); an embedder that must tell a pointer's cache without
+/// asking slub-core (a C `free`, which gets no size) fills its own table
+/// here instead of on every allocation.
+///
+/// It runs on the allocation's slow path, possibly with the CPU pinned and
+/// a node lock held: it must not allocate from the cache, nor block.
+///
+/// ```
+/// use core::ptr::NonNull;
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use slub_core::{CacheConfig, NewSlabHook};
+///
+/// static SLAB_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// fn note(_slab: NonNull<u8>, bytes: usize, _object_size: usize) {
+///     SLAB_BYTES.fetch_add(bytes, Ordering::Relaxed);
+/// }
+/// let config = CacheConfig {
+///     new_slab: Some(NewSlabHook(note)),
+///     ..CacheConfig::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Clone, Copy)]
+pub struct NewSlabHook(pub fn(slab: NonNull<u8>, bytes: usize, object_size: usize));
+
+impl PartialEq for NewSlabHook {
+    fn eq(&self, other: &Self) -> bool {
+        // The same function (by address; a config compares equal to its copy).
+        self.0 as usize == other.0 as usize
+    }
+}
+
+impl Eq for NewSlabHook {}
+
+impl core::fmt::Debug for NewSlabHook {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "NewSlabHook({:#x})", self.0 as usize)
+    }
 }
 
 impl Default for CacheConfig {
@@ -76,6 +124,7 @@ impl Default for CacheConfig {
             barn_max_full: 10,
             barn_max_empty: 20,
             seed: 0,
+            new_slab: None,
         }
     }
 }
@@ -224,6 +273,7 @@ impl<K: Platform> KmemCache<K> {
                 cpu_partial: config.cpu_partial,
                 random_freelist: flags.contains(CacheFlags::RANDOM_FREELIST),
                 seed,
+                new_slab: config.new_slab,
             },
         );
         let slabs = match slabs {

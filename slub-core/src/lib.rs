@@ -151,7 +151,7 @@ mod tid;
 pub mod loom_mutation;
 
 pub use arch_api::CpuLocal;
-pub use cache::{CacheConfig, CacheFlags, KmemCache, Prefilled};
+pub use cache::{CacheConfig, CacheFlags, KmemCache, NewSlabHook, Prefilled};
 pub use deferred::{GracePeriod, MAX_LARGE_PENDING, MAX_PENDING};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};
 pub use global_alloc::SlubGlobalAlloc;

@@ -434,3 +434,55 @@ fn debug_red_zones_poison_and_ownership() {
         })
     );
 }
+
+/// Slabs the hook saw: (first byte, bytes, object size).
+static HOOKED: std::sync::Mutex<Vec<(usize, usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+fn hook(slab: NonNull<u8>, bytes: usize, object_size: usize) {
+    HOOKED
+        .lock()
+        .unwrap()
+        .push((slab.as_ptr() as usize, bytes, object_size));
+}
+
+#[test]
+fn the_new_slab_hook_sees_every_slab_before_its_objects() {
+    for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
+        HOOKED.lock().unwrap().clear();
+        let a = arena();
+        let pages = ArenaPages::new(&a);
+        let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> = KmemCache::with_config(
+            "hook",
+            96,
+            8,
+            flags,
+            &pages,
+            ThreadCpus,
+            CacheConfig {
+                new_slab: Some(slub_core::NewSlabHook(hook)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let objs: Vec<_> = (0..scale(500)).map(|_| c.alloc().unwrap()).collect();
+        let seen = HOOKED.lock().unwrap().clone();
+        assert_eq!(seen.len(), c.slabinfo().num_slabs, "{flags:?}");
+        for &(base, bytes, size) in &seen {
+            assert_eq!(size, 96);
+            assert_eq!(bytes, c.slab_bytes());
+            assert_eq!(base % bytes, 0, "a slab aligned to its size");
+        }
+        for p in &objs {
+            let a = p.as_ptr() as usize;
+            assert!(
+                seen.iter().any(|&(b, n, _)| (b..b + n).contains(&a)),
+                "{a:#x} handed out from a slab the hook did not see ({flags:?})"
+            );
+        }
+        for p in objs {
+            // SAFETY: allocated above, freed once.
+            unsafe { c.free(p) }.unwrap();
+        }
+        c.destroy().unwrap();
+    }
+}

@@ -51,6 +51,8 @@ pub(crate) struct SlabsConfig {
     pub(crate) random_freelist: bool,
     /// Mixed into the shuffle.
     pub(crate) seed: u64,
+    /// The embedder's hook on new slabs.
+    pub(crate) new_slab: Option<crate::cache::NewSlabHook>,
 }
 
 /// A cache's slabs: geometry, freelist encoding, page source, CPUs, the node
@@ -64,6 +66,7 @@ pub(crate) struct Slabs<P, C, D, R: RawMutex> {
     min_partial: usize,
     cpu_partial: usize,
     random_freelist: bool,
+    new_slab_hook: Option<crate::cache::NewSlabHook>,
     /// Slabs obtained from the page source and not yet returned.
     nr_slabs: AtomicUsize,
     rng: AtomicU64,
@@ -109,6 +112,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
             min_partial: config.min_partial,
             cpu_partial: config.cpu_partial,
             random_freelist: config.random_freelist,
+            new_slab_hook: config.new_slab,
             nr_slabs: AtomicUsize::new(0),
             rng: AtomicU64::new(mix(config.seed ^ 0x5eed)),
             #[cfg(feature = "stats")]
@@ -230,6 +234,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         #[cfg(feature = "debug")]
         crate::hardening::init_slab(g, base);
         let head = self.build_freelist(base);
+        if let Some(hook) = self.new_slab_hook {
+            (hook.0)(mem, g.slab_bytes, g.size);
+        }
         self.nr_slabs.fetch_add(1, Ordering::AcqRel);
         self.stat_here(StatItem::AllocSlab);
         Ok((slab, head))

@@ -428,6 +428,88 @@ mod tests {
         }
     }
 
+    /// Threads pinning their CPU (`pin`, `try_pin`) and one taking random
+    /// CPUs' locks (`try_pin_id`): never two holders of one id at once.
+    fn exclusion_under_load(cpus: &LinuxCpus) {
+        use std::sync::atomic::{AtomicU64, AtomicUsize};
+        let owner: std::vec::Vec<AtomicUsize> =
+            (0..cpus.nr_cpus()).map(|_| AtomicUsize::new(0)).collect();
+        let overlaps = AtomicU64::new(0);
+        let enter_exit = |id: usize, me: usize| {
+            if owner[id].swap(me, Ordering::SeqCst) != 0 {
+                overlaps.fetch_add(1, Ordering::Relaxed);
+            }
+            core::hint::spin_loop();
+            if owner[id]
+                .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                overlaps.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        std::thread::scope(|s| {
+            for t in 1..=6usize {
+                let enter_exit = &enter_exit;
+                s.spawn(move || {
+                    for i in 0..20_000 {
+                        if i % 2 == 0 {
+                            let (_g, id) = cpus.pin();
+                            enter_exit(id, t);
+                        } else if let Some((_g, id)) = cpus.try_pin() {
+                            enter_exit(id, t);
+                        }
+                    }
+                });
+            }
+            let enter_exit = &enter_exit;
+            s.spawn(move || {
+                for i in 0..5_000 {
+                    let id = i % cpus.nr_cpus();
+                    if let Some(_g) = cpus.try_pin_id(id) {
+                        enter_exit(id, 100);
+                    }
+                }
+            });
+        });
+        assert_eq!(overlaps.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "threads on real CPUs: syscalls Miri cannot run")]
+    fn pins_exclude_under_load() {
+        let cpus = LinuxCpus::new();
+        std::eprintln!("uses rseq: {}", cpus.uses_rseq());
+        exclusion_under_load(&cpus);
+    }
+
+    /// The same in a process where glibc registered no rseq area (its
+    /// tunable), so every lock is taken by compare-exchange: the test
+    /// binary runs this test again in a child with the tunable set.
+    #[test]
+    #[cfg_attr(miri, ignore = "spawns a process")]
+    fn without_an_rseq_area_the_locks_are_compare_exchanged() {
+        const NAME: &str =
+            "cpu::linux::tests::without_an_rseq_area_the_locks_are_compare_exchanged";
+        if std::env::var_os("ARCH_API_CHILD_NO_RSEQ").is_some() {
+            let cpus = LinuxCpus::new();
+            assert!(!cpus.uses_rseq(), "glibc.pthread.rseq=0 left an rseq area");
+            exclusion_under_load(&cpus);
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads", "1"])
+            .env("GLIBC_TUNABLES", "glibc.pthread.rseq=0")
+            .env("ARCH_API_CHILD_NO_RSEQ", "1")
+            .output()
+            .unwrap();
+        let stdout = std::string::String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{stdout}\n{}",
+            std::string::String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
     #[cfg_attr(miri, ignore = "sysfs and sched_getcpu: syscalls Miri cannot run")]
     fn pin_excludes_and_try_pin_fails_while_held() {

@@ -486,6 +486,7 @@ mod tests {
     /// tunable), so every lock is taken by compare-exchange: the test
     /// binary runs this test again in a child with the tunable set.
     #[test]
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))] // elsewhere no rseq mode
     #[cfg_attr(miri, ignore = "spawns a process")]
     fn without_an_rseq_area_the_locks_are_compare_exchanged() {
         const NAME: &str =

@@ -95,6 +95,10 @@ fn supported() -> bool {
 }
 
 /// What a local attempt found.
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_env = "gnu", not(miri))),
+    allow(dead_code)
+)]
 pub(super) enum Local {
     /// The lock of CPU `id` (the caller's CPU at the commit) is ours.
     Taken(usize),
@@ -108,6 +112,7 @@ pub(super) enum Local {
 /// The rseq section: test the caller's CPU's lock and commit `LOCAL`.
 /// `$window` is extra code between the test and the commit (empty except
 /// in the unit tests, which widen the window to show the fence matters).
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_try_lock {
     ($locks:expr, $nr:expr, $window:literal) => {{
         let id: usize;
@@ -188,6 +193,7 @@ pub(super) unsafe fn try_local(locks: &[CpuLock], nr: usize) -> Local {
     }
 }
 
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 #[inline(always)]
 fn classify(id: usize, busy: usize, nr: usize) -> Local {
     if id >= nr {
@@ -208,6 +214,7 @@ pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
 }
 
 /// `fenced = false` is the unit tests' broken variant.
+#[inline]
 fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
     if lock.0.load(Ordering::Relaxed) != FREE
         || REMOTE_TAKER
@@ -261,6 +268,6 @@ fn fence(id: usize) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
 #[path = "rseq_tests.rs"]
 mod tests;

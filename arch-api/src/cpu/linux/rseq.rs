@@ -152,6 +152,10 @@ macro_rules! rseq_try_lock {
                 "6:",
                 "mov {busy:e}, 1",
                 "7:",
+                // Disarm: the descriptor lives in this object's image, which
+                // may be unmapped later (a `dlclose`d library); the ABI asks
+                // user space to clear the pointer before that.
+                "mov qword ptr fs:[{off} + 8], 0",
                 // `struct rseq_cs`: version, flags, start_ip,
                 // post_commit_offset, abort_ip.
                 ".pushsection __rseq_cs, \"aw\"",

@@ -130,12 +130,14 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         idx: usize,
         addr: u64,
         end: u64,
+        span: u64,
         sum: &mut u32,
         budget: &mut B,
     ) -> u64 {
         // Entries that start before `end`, and those the budget allows
-        // after the one charged already.
-        let shift = L::level_shift(level);
+        // after the one charged already (`span` is the entries' span: a
+        // shift computed once per table, not a loop over the levels).
+        let shift = span.trailing_zeros();
         let in_range = ((end - 1 - addr) >> shift) + 1;
         let room = budget.empty_run();
         let max = usize::try_from(in_range.min(room)).unwrap_or(usize::MAX);
@@ -199,7 +201,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     if sparse && next < end && budget.empty_run() > 1 {
                         // The empty entries that follow, in one step (a
                         // sparse table is mostly runs of them).
-                        self.skip_empty_run(level, t, idx + 1, next, end, sum, budget)
+                        self.skip_empty_run(level, t, idx + 1, next, end, span, sum, budget)
                     } else {
                         next
                     }

@@ -90,7 +90,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         t.swap(idx, L::Entry::EMPTY.raw());
         match parent {
             None => self.root_live[h] -= 1,
-            Some(c) if c.n != crate::walker::UNCOUNTED => self.store_count(&c, c.n - 1),
+            // Emptying an entry leaves the summary as it is (`occupancy.rs`).
+            Some(c) if c.n != crate::walker::UNCOUNTED => self.store_count(&c, c.n - 1, c.sum),
             Some(_) => {}
         }
         flush(va, VirtAddr::new(base + L::PAGE_SIZE));

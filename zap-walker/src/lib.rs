@@ -62,7 +62,9 @@
 //!
 //! Start reading at `walker.rs` (tables, live counts beside them, attaching
 //! to the kernel's table, the root split), then `live.rs`, `store.rs` and
-//! `counts.rs` (how the counts are read, kept and rescanned), then `zap.rs`
+//! `counts.rs` (how the counts are read, kept and rescanned),
+//! `occupancy.rs` (the summaries beside them that let a zap jump over empty
+//! parts of a sparse table), then `zap.rs`
 //! (the level function that returns the address it reached), then
 //! `budget/work.rs`.
 #![no_std]
@@ -83,6 +85,7 @@ mod live;
 #[doc(hidden)]
 pub mod loom_mutation;
 mod map;
+mod occupancy;
 mod stats;
 mod stock;
 mod store;

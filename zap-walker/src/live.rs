@@ -9,6 +9,7 @@
 //! [`check_consistency`]: crate::Walker::check_consistency
 
 use crate::errors::WalkError;
+use crate::occupancy::{self, COUNT_MASK, UNKNOWN};
 use crate::store::SideStore;
 use crate::walker::Walker;
 use arch_api::{
@@ -37,6 +38,9 @@ pub(crate) struct Count {
     moves: u64,
     /// The count ([`UNCOUNTED`] when the table keeps none).
     pub(crate) n: u64,
+    /// The occupancy summary (`occupancy.rs`; [`UNKNOWN`] when the table
+    /// keeps none).
+    pub(crate) sum: u32,
     /// Whether the walker allocated the table.
     ours: bool,
 }
@@ -82,6 +86,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 slot: NO_SLOT,
                 moves: 0,
                 n: UNCOUNTED,
+                sum: UNKNOWN,
                 ours: false,
             });
         }
@@ -96,7 +101,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             pa,
             slot: i,
             moves: self.counts.moves(),
-            n: v & !OURS,
+            n: v & COUNT_MASK,
+            sum: occupancy::of_word(v),
             ours: v & OURS != 0,
         })
     }
@@ -119,21 +125,22 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         }
     }
 
-    /// Sets the count `c` refers to (no-op for an uncounted table),
-    /// keeping whether the table is the walker's.
+    /// Sets the count `c` refers to and its summary (no-op for an
+    /// uncounted table), keeping whether the table is the walker's.
     #[inline(always)]
-    pub(crate) fn store_count(&mut self, c: &Count, n: u64) {
+    pub(crate) fn store_count(&mut self, c: &Count, n: u64, sum: u32) {
         if let Some(i) = self.slot(c) {
             let ours = if c.ours { OURS } else { 0 };
-            self.counts.set_value(i, ours | n);
+            self.counts.set_value(i, ours | occupancy::word(n, sum));
         }
     }
 
-    /// Counts a table the walker just allocated (room was reserved).
+    /// Counts a table the walker just allocated (room was reserved), with
+    /// its summary.
     #[inline(always)]
-    pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64) {
+    pub(crate) fn count_new(&mut self, pa: PhysAddr, level: usize, n: u64, sum: u32) {
         if self.counted(level) {
-            self.counts.insert_new(pa, OURS | n);
+            self.counts.insert_new(pa, OURS | occupancy::word(n, sum));
         } else if self.tables_pinned {
             // A last-level table made once tables are pinned keeps no count,
             // but its record says it is the walker's: only such a table may
@@ -220,26 +227,32 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// Present entries of the table at `pa` (`level`, span from `base`)
-    /// that meet the window.
+    /// that meet the window, and their summary where the level keeps one:
+    /// the table's live-count word without the flag bits.
     fn scan(&self, pa: PhysAddr, level: usize, base: u64) -> u64 {
         let t = self.table(pa, level);
-        (0..t.len())
-            .filter(|&i| {
-                L::Entry::from_raw(t.load(i)).kind(level) != EntryKind::None
-                    && self.in_window(level, base, i)
-            })
-            .count() as u64
+        let (mut n, mut sum) = (0, 0);
+        for i in 0..t.len() {
+            if L::Entry::from_raw(t.load(i)).kind(level) != EntryKind::None
+                && self.in_window(level, base, i)
+            {
+                n += 1;
+                sum |= 1 << (i >> occupancy::group_shift::<L>(level));
+            }
+        }
+        let sum = if occupancy::kept::<L>(level) { sum } else { 0 };
+        occupancy::word(n, sum)
     }
 
     /// Counts a table met for the first time (not the walker's); its slot.
     #[cold]
     #[inline(never)]
     fn adopt_table(&mut self, pa: PhysAddr, level: usize, base: u64) -> Result<usize, WalkError> {
-        let n = self.scan(pa, level, base);
+        let v = self.scan(pa, level, base);
         self.counts
             .reserve_for(self.mem, pa)
             .map_err(WalkError::OutOfTables)?;
-        Ok(self.counts.insert(pa, n))
+        Ok(self.counts.insert(pa, v))
     }
 
     /// Counts the window again from the tables as they are, after other code
@@ -295,7 +308,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 }
             }
         }
-        let n = self.scan(pa, level, base);
+        let v = self.scan(pa, level, base);
+        let n = v & COUNT_MASK;
         if level == 0 || !self.counted(level) {
             return Ok(n);
         }
@@ -303,7 +317,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         self.counts
             .reserve_for(self.mem, pa)
             .map_err(WalkError::OutOfTables)?;
-        self.counts.insert(pa, ours | n);
+        self.counts.insert(pa, ours | v);
         Ok(n)
     }
 
@@ -317,7 +331,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         for h in 0..self.n_roots {
             let va = if h == 1 { 1 << 63 } else { self.window[0] };
             let base = self.table_base(va, 0);
-            let n = self.count_subtree(self.roots[h], 0, base)?;
+            let (n, _) = self.count_subtree(self.roots[h], 0, base)?;
             if n != self.root_live[self.half(va)] {
                 return Err(WalkError::Corrupt {
                     addr: VirtAddr::new(base),
@@ -327,11 +341,17 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         Ok(())
     }
 
-    /// Present entries of the table at `pa` meeting the window, checking its
-    /// children's counts.
-    fn count_subtree(&self, pa: PhysAddr, level: usize, base: u64) -> Result<u64, WalkError> {
+    /// Present entries of the table at `pa` meeting the window and the
+    /// summary bits they need, checking its children's counts and
+    /// summaries.
+    fn count_subtree(
+        &self,
+        pa: PhysAddr,
+        level: usize,
+        base: u64,
+    ) -> Result<(u64, u32), WalkError> {
         let t = self.table(pa, level);
-        let mut present = 0;
+        let (mut present, mut needed) = (0, 0u32);
         for i in 0..t.len() {
             if !self.in_window(level, base, i) {
                 continue;
@@ -341,13 +361,18 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             match e.kind(level) {
                 EntryKind::None => continue,
                 EntryKind::Table if level + 1 < L::LEVELS => {
-                    let n = self.count_subtree(e.addr(), level + 1, va)?;
+                    let (n, need) = self.count_subtree(e.addr(), level + 1, va)?;
                     let corrupt = Err(WalkError::Corrupt {
                         addr: VirtAddr::new(va),
                     });
                     if self.counted(level + 1) {
+                        // The count exact; the summary marking (at least)
+                        // every group with a present entry.
+                        let kept = occupancy::kept::<L>(level + 1);
                         match self.counts.get(e.addr()) {
-                            Some(v) if v & !OURS == n => {}
+                            Some(v)
+                                if v & COUNT_MASK == n
+                                    && (!kept || need & !occupancy::of_word(v) == 0) => {}
                             _ => return corrupt,
                         }
                     }
@@ -363,7 +388,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 EntryKind::Leaf => {}
             }
             present += 1;
+            needed |= 1 << (i >> occupancy::group_shift::<L>(level));
         }
-        Ok(present)
+        Ok((present, needed))
     }
 }

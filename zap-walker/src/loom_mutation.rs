@@ -13,3 +13,7 @@ pub const RELAXED_LINK: u8 = 1;
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.
 pub static MUTATION: MutationSwitch = MutationSwitch::new();
+/// A store that makes an entry present forgets its occupancy-summary bit
+/// (see `occupancy::bit`), so the summary no longer covers every present
+/// entry.
+pub const NO_SUMMARY_BIT: u8 = 2;

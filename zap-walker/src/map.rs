@@ -9,6 +9,7 @@
 //! visible to the MMU, so no TLB flush is needed to undo it.
 
 use crate::errors::WalkError;
+use crate::occupancy::{self, UNKNOWN};
 use crate::walker::{MAX_LEVELS, TableRef, UNCOUNTED, Walker};
 use arch_api::{
     EntryKind, FrameSource, MapFlags, PageTableEntry, PageTableLayout, PhysAddr, PhysMap, VirtAddr,
@@ -182,7 +183,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
         let h = self.half(start);
         let mut live = self.root_live[h];
-        let r = self.install(0, root, start, end, &ctx, &mut reserve, &mut live);
+        // The root keeps no summary.
+        let mut sum = UNKNOWN;
+        let r = self.install(0, root, start, end, &ctx, &mut reserve, &mut live, &mut sum);
         self.root_live[h] = live;
         // Empty unless the two passes disagreed, which they cannot.
         self.reserve_drain(&mut reserve);
@@ -210,8 +213,13 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let mut t_pa = self.root(va);
         let mut t = self.table(t_pa, 0);
         let mut level = 0;
+        // The index in `t` of the entry the new tables hang from (kept
+        // from the descent: `L::index` at a level known only at run time
+        // loops over the levels).
+        let mut t_idx = 0;
         while level < last {
             let idx = L::index(va, level);
+            t_idx = idx;
             let e = L::Entry::from_raw(t.load(idx));
             match e.kind(level) {
                 EntryKind::Table => {
@@ -272,30 +280,34 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             leaves.store(first + k, L::Entry::new_leaf(frame, flags, last).raw());
         }
         self.stats.leaves_mapped += pages;
-        // What `t` gains: the pages, or the link to the first new table.
-        let gained = if missing == 0 { pages } else { 1 };
+        // What `t` gains: the pages, or the link to the first new table
+        // (and its summary bit: `t` is above the last level then).
+        let (gained, sum) = if missing == 0 {
+            (pages, 0)
+        } else {
+            (1, occupancy::bit::<L>(level, t_idx))
+        };
         match t_count {
             None => self.root_live[h] += gained,
-            Some(c) if c.n != UNCOUNTED => self.store_count(&c, c.n + gained),
+            Some(c) if c.n != UNCOUNTED => self.store_count(&c, c.n + gained, c.sum | sum),
             Some(_) => {}
         }
         if missing == 0 {
             return Ok(());
         }
         // Chain the new tables bottom up while none is reachable: each holds
-        // one entry, the next table, whose count is 1 (`pages` for the last).
-        let mut child_live = pages;
-        for i in (0..missing).rev() {
+        // one entry, the next table, whose count is 1 (`pages` for the last,
+        // which keeps no summary).
+        self.count_new(new[missing - 1], last, pages, 0);
+        for i in (0..missing - 1).rev() {
             let l = level + 1 + i;
-            self.count_new(new[i], l, child_live);
-            if i + 1 < missing {
-                let nt = self.table(new[i], l);
-                nt.store(L::index(va, l), L::Entry::new_table(new[i + 1]).raw());
-            }
-            child_live = 1;
+            let idx = L::index(va, l);
+            self.count_new(new[i], l, 1, occupancy::bit::<L>(l, idx));
+            let nt = self.table(new[i], l);
+            nt.store(idx, L::Entry::new_table(new[i + 1]).raw());
         }
         // Link: the release store publishes the zeroed, filled subtree.
-        t.store(L::index(va, level), L::Entry::new_table(new[0]).raw());
+        t.store(t_idx, L::Entry::new_table(new[0]).raw());
         Ok(())
     }
 
@@ -372,7 +384,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// Pass 2: links tables from the reserve and writes leaves. `live` is the
-    /// count of present entries of `t`, updated as entries are added.
+    /// count of present entries of `t` and `sum` its summary
+    /// (`occupancy.rs`), updated as entries are added.
     #[allow(clippy::too_many_arguments)]
     fn install(
         &mut self,
@@ -383,6 +396,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         ctx: &MapCtx<'_>,
         reserve: &mut Reserve,
         live: &mut u64,
+        sum: &mut u32,
     ) -> Result<(), WalkError> {
         let ps = L::PAGE_SIZE;
         if level + 1 == L::LEVELS {
@@ -406,6 +420,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     let frame = ctx.frames.frame((addr - ctx.start) / ps, ps);
                     t.store(idx, L::Entry::new_leaf(frame, ctx.flags, level).raw());
                     *live += 1;
+                    *sum |= occupancy::bit::<L>(level, idx);
                     self.stats.leaves_mapped += 1;
                 }
                 EntryKind::None => {
@@ -417,11 +432,20 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     // Release store: the child was zeroed before it is reachable.
                     t.store(idx, L::Entry::new_table(child_pa).raw());
                     *live += 1;
-                    let mut child_live = 0;
+                    *sum |= occupancy::bit::<L>(level, idx);
+                    let (mut child_live, mut child_sum) = (0, 0);
                     let child = self.table(child_pa, level + 1);
-                    let r =
-                        self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    self.count_new(child_pa, level + 1, child_live);
+                    let r = self.install(
+                        level + 1,
+                        child,
+                        addr,
+                        next,
+                        ctx,
+                        reserve,
+                        &mut child_live,
+                        &mut child_sum,
+                    );
+                    self.count_new(child_pa, level + 1, child_live, child_sum);
                     r?;
                 }
                 EntryKind::Table => {
@@ -430,10 +454,19 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     // reserved by the plan.
                     let c = self.count_of(child_pa, level + 1, addr)?;
                     let mut child_live = if c.n == UNCOUNTED { 0 } else { c.n };
+                    let mut child_sum = c.sum;
                     let child = self.table(child_pa, level + 1);
-                    let r =
-                        self.install(level + 1, child, addr, next, ctx, reserve, &mut child_live);
-                    self.store_count(&c, child_live);
+                    let r = self.install(
+                        level + 1,
+                        child,
+                        addr,
+                        next,
+                        ctx,
+                        reserve,
+                        &mut child_live,
+                        &mut child_sum,
+                    );
+                    self.store_count(&c, child_live, child_sum);
                     r?;
                 }
                 EntryKind::Leaf => {

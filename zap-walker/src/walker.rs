@@ -34,6 +34,9 @@
 //! tables wholly inside the unmapped range; here a partial zap frees them
 //! too), and let a walk stop scanning a table whose count reached zero: the
 //! rest of it is known to be empty. The root's count is kept in the walker.
+//! Beside each count of a table above the last level sits an occupancy
+//! summary (`occupancy.rs`: a bit per 1/32 of the table) that lets a zap
+//! jump over the empty parts of a sparse table instead of reading them.
 //!
 //! Once a [`LeafPath`](crate::LeafPath) exists, last-level tables keep no
 //! count: the unlocked path maps and clears their entries without touching

@@ -20,6 +20,7 @@
 use crate::budget::{BreakInfo, ZapBudget};
 use crate::errors::WalkError;
 use crate::gather::{FrameSink, Freed, FreedKind, Gather};
+use crate::occupancy::{self, UNKNOWN};
 use crate::stats::WalkStats;
 use crate::walker::{TableRef, UNCOUNTED, Walker};
 use arch_api::{
@@ -59,7 +60,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             let h = self.half(addr);
             let root = self.table(self.root(VirtAddr::new(addr)), 0);
             let mut live = self.root_live[h];
-            let r = self.zap_table(0, root, addr, be, &mut live, budget, gather);
+            // The root keeps no summary (`occupancy.rs`).
+            let mut sum = UNKNOWN;
+            let r = self.zap_table(0, root, addr, be, &mut live, &mut sum, budget, gather);
             self.root_live[h] = live;
             match r {
                 Ok(reached) => addr = reached,
@@ -116,7 +119,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
 
     /// Visits and charges the run of empty entries of `t` from `idx` (whose
     /// span starts at `addr`, before `end`), as many as the budget allows
-    /// after the one just charged; returns the address after the run.
+    /// after the one just charged; returns the address after the run. Only
+    /// the groups `sum` marks are read (`occupancy.rs`).
+    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn skip_empty_run<B: ZapBudget>(
         &mut self,
@@ -125,17 +130,20 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         idx: usize,
         addr: u64,
         end: u64,
+        span: u64,
+        sum: &mut u32,
         budget: &mut B,
     ) -> u64 {
         // Entries that start before `end`, and those the budget allows
-        // after the one charged already.
-        let shift = L::level_shift(level);
+        // after the one charged already (`span` is the entries' span: a
+        // shift computed once per table, not a loop over the levels).
+        let shift = span.trailing_zeros();
         let in_range = ((end - 1 - addr) >> shift) + 1;
         let room = budget.empty_run();
         let max = usize::try_from(in_range.min(room)).unwrap_or(usize::MAX);
-        let n = t.empty_run(idx, max, |raw| {
-            L::Entry::from_raw(raw).kind(level) == EntryKind::None
-        });
+        let none = |raw| L::Entry::from_raw(raw).kind(level) == EntryKind::None;
+        let groups = occupancy::group_shift::<L>(level);
+        let n = occupancy::empty_run(t, idx, max, none, sum, groups);
         if n == 0 {
             return addr;
         }
@@ -154,8 +162,10 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
     }
 
     /// Zaps `[addr, end)` inside table `t` of `level` (`end` no further than
-    /// the table's span); `live` is `t`'s count of present entries. Returns
-    /// the address reached: `end`, or less when the budget ran out.
+    /// the table's span); `live` is `t`'s count of present entries and
+    /// `sum` its occupancy summary (`occupancy.rs`: emptying an entry leaves
+    /// it as it is). Returns the address reached: `end`, or less when the
+    /// budget ran out.
     #[allow(clippy::too_many_arguments)]
     fn zap_table<B: ZapBudget, T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
@@ -164,6 +174,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         mut addr: u64,
         end: u64,
         live: &mut u64,
+        sum: &mut u32,
         budget: &mut B,
         g: &mut Gather<T, N, S>,
     ) -> Result<u64, WalkError> {
@@ -190,7 +201,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     if sparse && next < end && budget.empty_run() > 1 {
                         // The empty entries that follow, in one step (a
                         // sparse table is mostly runs of them).
-                        self.skip_empty_run(level, t, idx + 1, next, end, budget)
+                        self.skip_empty_run(level, t, idx + 1, next, end, span, sum, budget)
                     } else {
                         next
                     }
@@ -261,14 +272,25 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let span = L::entry_span(level);
         let block = addr & !(span - 1);
         let c = self.count_of(child_pa, level + 1, addr)?;
-        let mut child_live = c.n;
-        let r = self.zap_table(level + 1, child, addr, next, &mut child_live, budget, g);
+        let (mut child_live, mut child_sum) = (c.n, c.sum);
+        let r = self.zap_table(
+            level + 1,
+            child,
+            addr,
+            next,
+            &mut child_live,
+            &mut child_sum,
+            budget,
+            g,
+        );
         let free = r.is_ok()
             && child_live == 0
             && self.free_empty_tables
             && self.take_if_ours(&c, level + 1, block);
         if !free && c.n != UNCOUNTED {
-            self.store_count(&c, child_live);
+            // An empty table has nothing to summarise.
+            let sum = if child_live == 0 { 0 } else { child_sum };
+            self.store_count(&c, child_live, sum);
         }
         let reached = r?;
         if free {
@@ -381,7 +403,12 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         }
         t.swap(idx, L::Entry::EMPTY.raw());
         g.flush_now(block, block + (span - 1), L::PAGE_SIZE);
-        self.count_new(child_pa, cl, n);
+        let sum = if occupancy::kept::<L>(cl) {
+            occupancy::full::<L>(cl)
+        } else {
+            0
+        };
+        self.count_new(child_pa, cl, n, sum);
         t.store(idx, L::Entry::new_table(child_pa).raw());
         self.stats.splits += 1;
         Ok(child_pa)

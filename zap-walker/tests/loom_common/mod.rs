@@ -4,8 +4,9 @@
 //! owner meanwhile, on a recycled page that still holds a stale entry at the
 //! unlocked owner's slot. The unlocked owner must never see that entry (the
 //! table is zeroed before the release store that links it); afterwards every
-//! live count must still equal the entries it counts, and a reader on the
-//! unlocked path sees a page either absent or mapped to its own frame.
+//! live count must still equal the entries it counts (and every occupancy
+//! summary cover them), and a reader on the unlocked path sees a page either
+//! absent or mapped to its own frame.
 //!
 //! Table memory is loom atomics here ([`LoomMem`]): under `--cfg kmm_loom`
 //! the walker's table words are loom's `AtomicU64` (the crate's shim), so

@@ -131,6 +131,7 @@ pub fn flush_while_adding() {
                 barn_max_full: 4,
                 barn_max_empty: 4,
                 seed: 1,
+                new_slab: None,
             },
         )
         .unwrap();

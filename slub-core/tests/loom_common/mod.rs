@@ -108,6 +108,7 @@ pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFla
             barn_max_full: 4,
             barn_max_empty: 4,
             seed: 1,
+            new_slab: None,
         },
     )
     .unwrap()

@@ -314,18 +314,33 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     #[cfg(feature = "alloc")]
-    /// Parks the busy area at `addr`: it stays allocated but is invisible to
-    /// `find`/`free` (the sharded front's per-node pools). Returns its node.
-    pub(crate) fn park(&mut self, addr: u64) -> Result<(NodeIdx, VmapArea), VmapError> {
-        let mut v = 0;
-        let i = self.busy.find_start(&self.src, addr, &mut v);
-        if i == NIL || self.src.node(i).parked {
-            return Err(VmapError::NotFound { addr });
-        }
-        self.src.node_mut(i).parked = true;
-        self.parked += 1;
+    /// The live (busy, not parked) area starting at `addr`: its node and its
+    /// size in bytes, in one counted search (the sharded front's free, which
+    /// then parks or unlinks that node without searching again).
+    #[inline]
+    pub(crate) fn live_at(&mut self, addr: u64) -> Result<(NodeIdx, u64), VmapError> {
+        let i = self.search_busy(addr)?;
         let n = self.src.node(i);
-        Ok((i, self.area(n.start, n.end)))
+        Ok((i, n.end - n.start))
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Parks live node `i` (from [`live_at`](Self::live_at)): the area stays
+    /// allocated but is invisible to `find`/`free` (the sharded front's
+    /// per-node pools).
+    #[inline]
+    pub(crate) fn park_node(&mut self, i: NodeIdx) -> VmapArea {
+        let n = self.src.node_mut(i);
+        n.parked = true;
+        let (start, end) = (n.start, n.end);
+        self.parked += 1;
+        self.area(start, end)
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Frees live node `i` (from [`live_at`](Self::live_at)) for real.
+    pub(crate) fn unlink_live(&mut self, i: NodeIdx) -> Result<VmapArea, VmapError> {
+        self.unlink_node(i)
     }
 
     #[cfg(feature = "alloc")]
@@ -342,11 +357,13 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
 
     #[cfg(feature = "alloc")]
     /// Makes a parked area live again.
+    #[inline]
     pub(crate) fn unpark(&mut self, i: NodeIdx) -> VmapArea {
-        self.src.node_mut(i).parked = false;
+        let n = self.src.node_mut(i);
+        n.parked = false;
+        let (start, end) = (n.start, n.end);
         self.parked -= 1;
-        let n = self.src.node(i);
-        self.area(n.start, n.end)
+        self.area(start, end)
     }
 
     #[cfg(feature = "alloc")]

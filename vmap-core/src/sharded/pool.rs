@@ -61,8 +61,16 @@ impl Pool {
     #[inline]
     pub(crate) fn take(&mut self, c: usize, ok: impl Fn(u64) -> bool) -> Option<PoolEntry> {
         let v = &mut self.classes[c];
+        // The usual case first: the top entry fits (a plain request).
+        let top = v.last()?;
+        if ok(top.start) {
+            self.len -= 1;
+            return v.pop();
+        }
         let n = v.len();
-        let pos = (n.saturating_sub(4)..n).rev().find(|&k| ok(v[k].start))?;
+        let pos = (n.saturating_sub(4)..n - 1)
+            .rev()
+            .find(|&k| ok(v[k].start))?;
         self.len -= 1;
         Some(v.swap_remove(pos))
     }

@@ -338,7 +338,9 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     #[cfg(feature = "alloc")]
-    /// Frees live node `i` (from [`live_at`](Self::live_at)) for real.
+    /// Frees live node `i` (from [`live_at`](Self::live_at)) for real (out
+    /// of line: the sharded front's pooled free stays small).
+    #[inline(never)]
     pub(crate) fn unlink_live(&mut self, i: NodeIdx) -> Result<VmapArea, VmapError> {
         self.unlink_node(i)
     }

@@ -76,7 +76,7 @@ use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
+use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
 
 mod decay;
 mod nodes;
@@ -242,7 +242,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     pub(super) fn free_on(&self, node: u16, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         let a = addr.as_u64();
         if node as usize >= self.nodes.len() {
-            return self.reserve.lock().find_unlink(addr);
+            return self.free_reserve(addr);
         }
         let index = self.slice_of(a);
         let mut st = self.nodes[node as usize].lock();
@@ -271,7 +271,8 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     }
 
     /// Steps 1 to 6 of the module docs for a request without an exact
-    /// address.
+    /// address. Only step 1, a pool hit, is inline: the rest is out of line
+    /// so that the hit path keeps a small frame.
     #[inline]
     pub(super) fn alloc_fast(
         &self,
@@ -279,32 +280,57 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         req: &AllocRequest,
         fit: &Fit,
     ) -> Result<VmapArea, VmapError> {
-        let nr = self.nodes.len();
         if fit.size <= self.slice_size / 4 {
             let mut guard = self.nodes[i].lock();
-            let st = &mut *guard;
-            if let Some(a) = self.take_pooled(st, fit) {
+            if let Some(a) = self.take_pooled(&mut guard, fit) {
                 return Ok(a);
             }
+            return self.alloc_unpooled(i, guard, req, fit);
+        }
+        self.alloc_reserve(req)
+    }
+
+    /// Steps 2 to 6 (node `i`'s lock held on entry).
+    #[inline(never)]
+    fn alloc_unpooled(
+        &self,
+        i: usize,
+        mut guard: MutexGuard<'_, R, NodeState<L>>,
+        req: &AllocRequest,
+        fit: &Fit,
+    ) -> Result<VmapArea, VmapError> {
+        let st = &mut *guard;
+        if let Some(a) = self.alloc_in_slices(st, req, fit) {
+            return Ok(a);
+        }
+        if let Some(a) = self.grow(st, req, fit) {
+            return Ok(a);
+        }
+        if st.pool.len() > 0 {
+            Self::drain_locked(st);
             if let Some(a) = self.alloc_in_slices(st, req, fit) {
                 return Ok(a);
             }
-            if let Some(a) = self.grow(st, req, fit) {
+        }
+        drop(guard);
+        let nr = self.nodes.len();
+        for k in 1..nr {
+            if let Some(a) = self.steal(i, (i + k) % nr, req, fit) {
                 return Ok(a);
             }
-            if st.pool.len() > 0 {
-                Self::drain_locked(st);
-                if let Some(a) = self.alloc_in_slices(st, req, fit) {
-                    return Ok(a);
-                }
-            }
-            drop(guard);
-            for k in 1..nr {
-                if let Some(a) = self.steal(i, (i + k) % nr, req, fit) {
-                    return Ok(a);
-                }
-            }
         }
+        self.alloc_reserve(req)
+    }
+
+    /// Frees an area of the reserve.
+    #[inline(never)]
+    pub(super) fn free_reserve(&self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        self.reserve.lock().find_unlink(addr)
+    }
+
+    /// Straight from the reserve (large requests, step 6).
+    #[inline(never)]
+    fn alloc_reserve(&self, req: &AllocRequest) -> Result<VmapArea, VmapError> {
         self.reserve.lock().alloc_request(req)
     }
 

@@ -59,7 +59,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
             .owner_slot(addr.as_u64())
             .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
         if owner == NO_OWNER {
-            return self.reserve.lock().find_unlink(addr);
+            return self.free_reserve(addr);
         }
         self.free_on(owner, addr)
     }

@@ -1,7 +1,9 @@
 //! Per-node, size-segregated pools of recently freed areas (1..=256 pages),
 //! like Linux 6.9's `vmap_node.pool`: a free of a common size parks the area
-//! (it stays busy in its slice) and the next allocation of that size on the
-//! node takes it back without searching or touching shared state.
+//! (it stays busy in its slice but leaves the slice's busy tree, as Linux's
+//! pooled areas leave `vn->busy.root`, so lookups do not pay for parked
+//! areas) and the next allocation of that size on the node takes it back
+//! without searching for space or touching shared state.
 
 use crate::node::NodeIdx;
 use alloc::vec::Vec;

@@ -107,7 +107,6 @@ impl FreeTree {
     /// busy node `n` (its range is set by the caller), and links `n` into the
     /// tiling list in its place. A split in the middle needs a node from `s`;
     /// if there is none, nothing changed.
-    #[inline]
     pub(crate) fn carve<S: NodeArena>(
         &mut self,
         s: &mut S,
@@ -179,7 +178,6 @@ impl FreeTree {
     /// no successor swap) and grows the other over both; growth only raises
     /// subtree maxima, which [`Tree::raise_aug`] does without reading
     /// siblings.
-    #[inline]
     pub(crate) fn release<S: NodeArena>(&mut self, s: &mut S, freed: NodeIdx) {
         let f = s.node(freed);
         let (start, end, p, q) = (f.start, f.end, f.prev_tile, f.next_tile);

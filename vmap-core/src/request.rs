@@ -306,6 +306,7 @@ mod tests {
     /// alignment) answer exactly as the general code on a grid of requests,
     /// bad ones included.
     #[test]
+    #[cfg_attr(miri, ignore)] // ~150k checks: arithmetic only, no unsafe
     fn fast_paths_agree_with_full_checks() {
         let (start, end) = (16 * P, 64 * P);
         let vals = [

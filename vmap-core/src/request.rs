@@ -70,7 +70,47 @@ impl AllocRequest {
     }
 
     /// Checks the request against a space `[start, end)` with `page_size`.
+    ///
+    /// The plain request (no phase, no `nocross`, no exact address, every
+    /// field page-aligned and inside the space) is checked inline with one
+    /// test per condition; anything else, errors included, takes the full
+    /// check out of line. Both give the same answer.
+    #[inline]
     pub(crate) fn validate(&self, start: u64, end: u64, page_size: u64) -> Result<Fit, VmapError> {
+        let (size, align, vstart, vend) = (
+            self.size,
+            self.align,
+            self.vstart.as_u64(),
+            self.vend.as_u64(),
+        );
+        let plain = self.exact.is_none()
+            && self.phase == 0
+            && self.nocross == 0
+            && size != 0
+            && (size | align | vstart | vend) & (page_size - 1) == 0
+            && align.is_power_of_two()
+            && start <= vstart
+            && vstart < vend
+            && vend <= end;
+        // An overflowing `vstart + size` is an error: the full check says which.
+        if plain && vstart.checked_add(size).is_some() {
+            return Ok(Fit {
+                size,
+                align,
+                phase: 0,
+                nocross: 0,
+                vstart,
+                vend,
+            });
+        }
+        self.validate_full(start, end, page_size)
+    }
+
+    /// [`validate`](Self::validate) for every request: the error paths and
+    /// the vmem constraints.
+    #[cold]
+    #[inline(never)]
+    fn validate_full(&self, start: u64, end: u64, page_size: u64) -> Result<Fit, VmapError> {
         let mask = page_size - 1;
         let (size, align, phase, nocross) = (self.size, self.align, self.phase, self.nocross);
         if size == 0 {
@@ -204,6 +244,12 @@ impl Fit {
     /// Whether `a` itself satisfies the constraints (for pool reuse).
     #[inline]
     pub(crate) fn accepts(&self, a: u64) -> bool {
+        if self.phase == 0 && self.nocross == 0 {
+            // Plain alignment: `candidate(a) == Some(a)` says no more.
+            return a >= self.vstart
+                && a & (self.align - 1) == 0
+                && a.checked_add(self.size).is_some_and(|e| e <= self.vend);
+        }
         a >= self.vstart
             && a.checked_add(self.size).is_some_and(|e| e <= self.vend)
             && self.candidate(a) == Some(a)
@@ -254,6 +300,57 @@ mod tests {
         // phase 3 pages, size 2 pages, window 4 pages: never fits.
         let g = fit(2 * P, 4 * P, 3 * P, 4 * P);
         assert_eq!(g.candidate(0), None);
+    }
+
+    /// The inline fast paths (`validate`'s plain request, `accepts`'s plain
+    /// alignment) answer exactly as the general code on a grid of requests,
+    /// bad ones included.
+    #[test]
+    #[cfg_attr(miri, ignore)] // ~150k checks: arithmetic only, no unsafe
+    fn fast_paths_agree_with_full_checks() {
+        let (start, end) = (16 * P, 64 * P);
+        let vals = [
+            0,
+            1,
+            P,
+            2 * P,
+            3 * P,
+            4 * P,
+            16 * P,
+            17 * P,
+            63 * P,
+            64 * P,
+            80 * P,
+        ];
+        let mut plain = 0;
+        for size in [0, 1, P, 2 * P, 3 * P, 48 * P, !(P - 1)] {
+            for align in [0, 1, P, 2 * P, 3 * P, 8 * P] {
+                for (vs, ve) in vals.iter().flat_map(|&a| vals.iter().map(move |&b| (a, b))) {
+                    for (phase, nocross) in [(0, 0), (P, 0), (0, 64 * P)] {
+                        let r =
+                            AllocRequest::new(size, align, VirtAddr::new(vs), VirtAddr::new(ve))
+                                .phase(phase)
+                                .nocross(nocross);
+                        let fast = r.validate(start, end, P);
+                        assert_eq!(fast, r.validate_full(start, end, P), "{r:?}");
+                        let Ok(f) = fast else { continue };
+                        plain += usize::from(phase == 0 && nocross == 0);
+                        for a in (0..70).map(|k| k * P).chain([!(P - 1)]) {
+                            let general = a >= f.vstart
+                                && a.checked_add(f.size).is_some_and(|e| e <= f.vend)
+                                && f.candidate(a) == Some(a);
+                            assert_eq!(f.accepts(a), general, "{r:?} at {a:#x}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(plain > 50, "the grid reaches the fast path: {plain}");
+        let exact = AllocRequest::exact(VirtAddr::new(20 * P), P, P);
+        assert_eq!(
+            exact.validate(start, end, P),
+            exact.validate_full(start, end, P)
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use crate::VirtAddr;
 use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx, NodeSource, NodeTable};
-use crate::policy::{BusyTree, FreeAreaSearch};
+use crate::policy::{BusyTree, BusyView, FreeAreaSearch};
 use crate::request::AllocRequest;
 #[cfg(feature = "stats")]
 use crate::stats::VmapStats;
@@ -44,7 +44,12 @@ pub struct VmapSpace<P: FreeAreaSearch, S: NodeSource> {
     src: NodeTable<S>,
     policy: P,
     busy_bytes: u64,
+    /// Areas parked by the sharded front: busy, but out of the busy tree
+    /// (as Linux's pooled `vmap_area`s are out of `vn->busy.root`), linked
+    /// through their `left`/`right` fields from `parked_head`.
     parked: usize,
+    #[cfg(feature = "alloc")]
+    parked_head: NodeIdx,
     #[cfg(feature = "stats")]
     stats: VmapStats,
 }
@@ -84,6 +89,8 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
             policy,
             busy_bytes: 0,
             parked: 0,
+            #[cfg(feature = "alloc")]
+            parked_head: NIL,
             #[cfg(feature = "stats")]
             stats: VmapStats::default(),
         })
@@ -152,8 +159,11 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         node.end = a + fit.size;
         node.parked = false;
         match self.policy.busy_pred(&self.src, n) {
-            Some(pred) => self.busy.insert_after(&mut self.src, pred, n),
-            None => self.busy.insert(&mut self.src, n),
+            // A parked tile below is not in the busy tree: search instead.
+            Some(pred) if pred == NIL || !self.src.node(pred).parked => {
+                self.busy.insert_after(&mut self.src, pred, n)
+            }
+            _ => self.busy.insert(&mut self.src, n),
         }
         self.busy_bytes += fit.size;
         self.debug_check();
@@ -299,12 +309,18 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
             NIL
         };
         self.busy.remove(&mut self.src, i);
+        Ok(self.give_back(i, start, end, prev))
+    }
+
+    /// Gives the range of busy node `i`, out of the busy tree, back to the
+    /// free space (`prev`: its busy predecessor if the policy wants it).
+    fn give_back(&mut self, i: NodeIdx, start: u64, end: u64, prev: NodeIdx) -> VmapArea {
         if !self.policy.release(&mut self.src, start, end, prev, i) {
             self.src.free_node(i);
         }
         self.busy_bytes -= end - start;
         self.debug_check();
-        Ok(self.area(start, end))
+        self.area(start, end)
     }
 
     #[inline]
@@ -314,18 +330,70 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     #[cfg(feature = "alloc")]
-    /// Parks the busy area at `addr`: it stays allocated but is invisible to
-    /// `find`/`free` (the sharded front's per-node pools). Returns its node.
-    pub(crate) fn park(&mut self, addr: u64) -> Result<(NodeIdx, VmapArea), VmapError> {
-        let mut v = 0;
-        let i = self.busy.find_start(&self.src, addr, &mut v);
-        if i == NIL || self.src.node(i).parked {
-            return Err(VmapError::NotFound { addr });
-        }
-        self.src.node_mut(i).parked = true;
-        self.parked += 1;
+    /// The live (busy, not parked) area starting at `addr`: its node and its
+    /// size in bytes, in one counted search (the sharded front's free, which
+    /// then parks or unlinks that node without searching again).
+    #[inline]
+    pub(crate) fn live_at(&mut self, addr: u64) -> Result<(NodeIdx, u64), VmapError> {
+        let i = self.search_busy(addr)?;
         let n = self.src.node(i);
-        Ok((i, self.area(n.start, n.end)))
+        Ok((i, n.end - n.start))
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Parks live node `i` (from [`live_at`](Self::live_at)): the area stays
+    /// allocated but `find`/`free` do not see it (the sharded front's
+    /// per-node pools). Under a policy that allows it
+    /// (`PARK_OUTSIDE_BUSY_TREE`) it leaves the busy tree, so searches do
+    /// not pay for parked areas; otherwise it stays there, flagged.
+    #[inline(always)]
+    pub(crate) fn park_node(&mut self, i: NodeIdx) -> VmapArea {
+        if P::PARK_OUTSIDE_BUSY_TREE {
+            self.busy.remove(&mut self.src, i);
+            let head = self.parked_head;
+            if head != NIL {
+                self.src.node_mut(head).left = i;
+            }
+            let n = self.src.node_mut(i);
+            n.left = NIL;
+            n.right = head;
+            self.parked_head = i;
+        }
+        let n = self.src.node_mut(i);
+        n.parked = true;
+        let (start, end) = (n.start, n.end);
+        self.parked += 1;
+        self.area(start, end)
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Clears parked node `i`'s flag and, outside the busy tree, takes it
+    /// off the parked list.
+    #[inline(always)]
+    fn unlink_parked(&mut self, i: NodeIdx) {
+        let n = self.src.node_mut(i);
+        n.parked = false;
+        let (l, r) = (n.left, n.right);
+        self.parked -= 1;
+        if !P::PARK_OUTSIDE_BUSY_TREE {
+            return;
+        }
+        if l == NIL {
+            self.parked_head = r;
+        } else {
+            self.src.node_mut(l).right = r;
+        }
+        if r != NIL {
+            self.src.node_mut(r).left = l;
+        }
+    }
+
+    #[cfg(feature = "alloc")]
+    /// Frees live node `i` (from [`live_at`](Self::live_at)) for real (out
+    /// of line: the sharded front's pooled free stays small).
+    #[inline(never)]
+    pub(crate) fn unlink_live(&mut self, i: NodeIdx) -> Result<VmapArea, VmapError> {
+        self.unlink_node(i)
     }
 
     #[cfg(feature = "alloc")]
@@ -341,10 +409,13 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     }
 
     #[cfg(feature = "alloc")]
-    /// Makes a parked area live again.
+    /// Makes a parked area live again (back into the busy tree if it left).
+    #[inline(always)]
     pub(crate) fn unpark(&mut self, i: NodeIdx) -> VmapArea {
-        self.src.node_mut(i).parked = false;
-        self.parked -= 1;
+        self.unlink_parked(i);
+        if P::PARK_OUTSIDE_BUSY_TREE {
+            self.busy.insert(&mut self.src, i);
+        }
         let n = self.src.node(i);
         self.area(n.start, n.end)
     }
@@ -353,15 +424,27 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// Frees a parked area for real. Only the sharded front parks, over the
     /// default policy, whose frees never need a node: cannot fail there.
     pub(crate) fn release_parked(&mut self, i: NodeIdx) {
-        self.src.node_mut(i).parked = false;
-        self.parked -= 1;
-        let r = self.unlink_node(i);
+        if !P::PARK_OUTSIDE_BUSY_TREE {
+            self.unlink_parked(i);
+            let r = self.unlink_node(i);
+            debug_assert!(r.is_ok(), "the default policy frees without nodes");
+            if r.is_err() {
+                // Keep it parked rather than lose track of it.
+                self.src.node_mut(i).parked = true;
+                self.parked += 1;
+            }
+            return;
+        }
+        let (start, end) = (self.src.node(i).start, self.src.node(i).end);
+        let r = self.policy.prepare_release(&mut self.src, start, end);
         debug_assert!(r.is_ok(), "the default policy frees without nodes");
         if r.is_err() {
             // Keep it parked rather than lose track of it.
-            self.src.node_mut(i).parked = true;
-            self.parked += 1;
+            return;
         }
+        self.unlink_parked(i);
+        // Such a policy ignores `prev` (see `PARK_OUTSIDE_BUSY_TREE`).
+        self.give_back(i, start, end, NIL);
     }
 
     /// Live areas in address order (for vmallocinfo).
@@ -374,12 +457,16 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
 
     /// Number of live areas (parked ones excluded).
     pub fn len(&self) -> usize {
-        self.busy.len - self.parked
+        if P::PARK_OUTSIDE_BUSY_TREE {
+            self.busy.len
+        } else {
+            self.busy.len - self.parked
+        }
     }
 
     /// Whether no area is allocated (nor parked).
     pub fn is_empty(&self) -> bool {
-        self.busy.len == 0
+        self.busy.len == 0 && self.parked == 0
     }
 
     /// Bytes in busy (including parked) areas.
@@ -445,17 +532,45 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
             if node.start < self.start || node.end > self.end {
                 return Err("busy area outside the space");
             }
+            if P::PARK_OUTSIDE_BUSY_TREE && node.parked {
+                return Err("parked area in the busy tree");
+            }
             bytes += node.end - node.start;
             i = self.busy.next(&self.src, i);
         }
+        #[cfg(feature = "alloc")]
+        let parked = {
+            let mut list = alloc::vec::Vec::new();
+            let (mut i, mut last) = (self.parked_head, NIL);
+            while i != NIL && list.len() <= self.parked {
+                let node = self.src.node(i);
+                if !node.parked || node.left != last {
+                    return Err("parked list broken");
+                }
+                bytes += node.end - node.start;
+                list.push(i);
+                (last, i) = (i, node.right);
+            }
+            list.sort_unstable_by_key(|&j| self.src.node(j).start);
+            list
+        };
+        #[cfg(not(feature = "alloc"))]
+        let parked: [NodeIdx; 0] = [];
         if bytes != self.busy_bytes {
             return Err("busy byte count mismatch");
         }
-        if n < self.parked {
+        if P::PARK_OUTSIDE_BUSY_TREE {
+            if parked.len() != self.parked {
+                return Err("parked count mismatch");
+            }
+        } else if n < self.parked || !parked.is_empty() {
             return Err("parked count mismatch");
         }
-        self.policy
-            .check(&self.src, &self.busy, self.start, self.end)
+        let busy = BusyView {
+            tree: &self.busy,
+            parked: &parked,
+        };
+        self.policy.check(&self.src, &busy, self.start, self.end)
     }
 
     #[inline]

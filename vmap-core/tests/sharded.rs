@@ -506,3 +506,42 @@ fn no_space_only_when_no_range_qualifies() {
         assert_eq!(v.busy_bytes(), 0);
     }
 }
+
+/// A pooled (parked) area leaves the busy tree, as Linux's pooled areas
+/// leave `vn->busy.root`: it is not found, not freed twice, and a new area
+/// placed right above it is linked into the busy tree by a search (the tile
+/// below it is not in that tree). Every step keeps the invariants, which
+/// walk the parked areas with the busy ones.
+#[test]
+fn parked_area_below_a_new_one() {
+    let v: ShardedVmap = ShardedVmap::new(va(BASE), va(BASE + (1 << 30)), P, 1).unwrap();
+    let (s, e) = v.range();
+    let a = v.alloc(0, P, P, s, e).unwrap();
+    let b = v.alloc(0, 2 * P, P, s, e).unwrap();
+    let c = v.alloc(0, 3 * P, P, s, e).unwrap();
+    v.free_area(&c).unwrap();
+    v.check_invariants().unwrap();
+    assert_eq!(v.find(c.va_start), None, "a parked area is not live");
+    assert!(matches!(
+        v.free(c.va_start),
+        Err(VmapError::NotFound { .. })
+    ));
+    // Lowest fit for 4 pages: right above the parked `c`.
+    let d = v.alloc(0, 4 * P, P, s, e).unwrap();
+    assert_eq!(d.va_start, c.va_end);
+    v.check_invariants().unwrap();
+    assert_eq!(v.find(d.va_start), Some(d));
+    assert_eq!(v.find(b.va_start), Some(b));
+    // The pool hands `c` back; then every area is freed and the pools
+    // drained: nothing is left busy.
+    let c2 = v.alloc(0, 3 * P, P, s, e).unwrap();
+    assert_eq!(c2, c);
+    v.check_invariants().unwrap();
+    for x in [a, b, c2, d] {
+        v.free_area(&x).unwrap();
+        v.check_invariants().unwrap();
+    }
+    v.drain_pools();
+    v.check_invariants().unwrap();
+    assert_eq!(v.busy_bytes(), 0);
+}

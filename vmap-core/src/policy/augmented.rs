@@ -2,7 +2,7 @@
 //! block size per subtree ([`crate::free_tree`]); lowest fit in O(log n),
 //! frees merge with both neighbours. What Linux has used since 5.2.
 
-use super::{BusyTree, FreeAreaSearch, Search};
+use super::{BusyTree, BusyView, FreeAreaSearch, Search};
 use crate::error::VmapError;
 use crate::free_tree::FreeTree;
 use crate::node::{NIL, NodeArena, NodeIdx, TreeNode};
@@ -20,6 +20,10 @@ impl FreeAreaSearch for Augmented {
 }
 
 impl Search for Augmented {
+    /// The free tree is the free index, the tiling list gives the busy
+    /// neighbours and [`release`](Search::release) ignores `prev`.
+    const PARK_OUTSIDE_BUSY_TREE: bool = true;
+
     fn init<S: NodeArena>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
         let mut free = FreeTree::new();
         free.insert_block(s, start, end)?;
@@ -98,7 +102,7 @@ impl Search for Augmented {
     fn check<S: NodeArena>(
         &self,
         s: &S,
-        busy: &BusyTree,
+        busy: &BusyView<'_>,
         start: u64,
         end: u64,
     ) -> Result<(), &'static str> {

@@ -29,7 +29,7 @@
 //! where the augmented tree's would not: give it headroom (the B-tree takes
 //! up to four slots per free block where the augmented tree takes one).
 
-use super::{BusyTree, FreeAreaSearch, Search};
+use super::{BusyTree, BusyView, FreeAreaSearch, Search};
 use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
@@ -234,7 +234,7 @@ impl Search for BTree {
     fn check<S: NodeArena>(
         &self,
         s: &S,
-        busy: &BusyTree,
+        busy: &BusyView<'_>,
         start: u64,
         end: u64,
     ) -> Result<(), &'static str> {

@@ -22,7 +22,7 @@
 //! and leave the cache alone: an allocation only shrinks holes, so the cache
 //! stays valid.
 
-use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
+use super::{BusyTree, BusyView, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
@@ -163,7 +163,7 @@ impl Search for FreeVmapCache {
     fn check<S: NodeArena>(
         &self,
         s: &S,
-        busy: &BusyTree,
+        busy: &BusyView<'_>,
         _: u64,
         _: u64,
     ) -> Result<(), &'static str> {

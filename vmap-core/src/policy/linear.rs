@@ -4,7 +4,7 @@
 //! thousands of nodes per allocation (≈5535 in 2010's loop of a million
 //! vmalloc / touch / vfree, which took ~150 s on 8 cores, 10× eager purging).
 
-use super::{BusyTree, FreeAreaSearch, Search, busy_range_free, walk};
+use super::{BusyTree, BusyView, FreeAreaSearch, Search, busy_range_free, walk};
 use crate::error::VmapError;
 use crate::node::{NodeArena, NodeIdx};
 use crate::request::Fit;
@@ -63,7 +63,13 @@ impl Search for Linear {
         false
     }
 
-    fn check<S: NodeArena>(&self, _: &S, _: &BusyTree, _: u64, _: u64) -> Result<(), &'static str> {
+    fn check<S: NodeArena>(
+        &self,
+        _: &S,
+        _: &BusyView<'_>,
+        _: u64,
+        _: u64,
+    ) -> Result<(), &'static str> {
         Ok(())
     }
 }

@@ -28,6 +28,53 @@ pub type DefaultPolicy = Augmented;
 /// The busy tree (`vmap_area_root`): allocated areas by address.
 pub type BusyTree = Tree<NoAug>;
 
+/// Every busy area in address order, as a policy's
+/// [`check`](Search::check) walks them: the busy tree, plus the areas
+/// parked outside it in the sharded front's pools (`parked`, sorted by
+/// start; empty for a plain space). Checks only: `next` searches.
+pub struct BusyView<'a> {
+    pub(crate) tree: &'a BusyTree,
+    pub(crate) parked: &'a [NodeIdx],
+}
+
+impl BusyView<'_> {
+    /// The lowest busy area, or `NIL`.
+    pub(crate) fn first<S: NodeArena>(&self, s: &S) -> NodeIdx {
+        let b = self.tree.first(s);
+        let p = self.parked.first().copied().unwrap_or(NIL);
+        lower(s, b, p)
+    }
+
+    /// The busy area after `i` (one of this view's), or `NIL`.
+    pub(crate) fn next<S: NodeArena>(&self, s: &S, i: NodeIdx) -> NodeIdx {
+        let key = s.node(i).start;
+        let mut v = 0;
+        let f = self.tree.floor(s, key, &mut v);
+        let b = if f == NIL {
+            self.tree.first(s)
+        } else {
+            self.tree.next(s, f)
+        };
+        let k = self.parked.partition_point(|&j| s.node(j).start <= key);
+        let p = self.parked.get(k).copied().unwrap_or(NIL);
+        lower(s, b, p)
+    }
+
+    /// The busy-tree node starting at `key` (parked areas are not in it).
+    pub(crate) fn find_start<S: NodeArena>(&self, s: &S, key: u64, v: &mut u32) -> NodeIdx {
+        self.tree.find_start(s, key, v)
+    }
+}
+
+/// The one of `a`, `b` (either may be `NIL`) with the lower start.
+fn lower<S: NodeArena>(s: &S, a: NodeIdx, b: NodeIdx) -> NodeIdx {
+    match (a, b) {
+        (NIL, x) | (x, NIL) => x,
+        _ if s.node(a).start <= s.node(b).start => a,
+        _ => b,
+    }
+}
+
 /// How a [`VmapSpace`](crate::VmapSpace) finds free blocks: [`Linear`],
 /// [`FreeVmapCache`] or [`Augmented`]. The trait is sealed (its methods are
 /// the allocator's internal protocol, over crate-private types), so the
@@ -128,11 +175,20 @@ pub trait Search: Sized {
         freed: NodeIdx,
     ) -> bool;
 
-    /// The policy's own invariants, given the busy tree.
+    /// Whether a parked area (the sharded front's pools) leaves the busy
+    /// tree while it stays busy, as Linux's pooled areas leave
+    /// `vn->busy.root`: only for a policy that keeps its own index of free
+    /// blocks (a policy walking the busy tree would see the parked range as
+    /// free), finds busy neighbours without the busy tree, and needs no
+    /// busy predecessor on release. Otherwise parked areas stay in the busy
+    /// tree, flagged.
+    const PARK_OUTSIDE_BUSY_TREE: bool = false;
+
+    /// The policy's own invariants, given every busy area.
     fn check<S: NodeArena>(
         &self,
         s: &S,
-        busy: &BusyTree,
+        busy: &BusyView<'_>,
         start: u64,
         end: u64,
     ) -> Result<(), &'static str>;

@@ -76,7 +76,7 @@ use crate::space::{VmapArea, VmapSpace};
 use crate::sync::atomic::{AtomicU16, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use arch_api::sync::{DefaultRawMutex, Mutex, RawMutex};
+use arch_api::sync::{DefaultRawMutex, Mutex, MutexGuard, RawMutex};
 
 mod decay;
 mod nodes;
@@ -133,6 +133,10 @@ pub struct ShardedVmap<R: RawMutex = DefaultRawMutex, L = ()> {
     end: u64,
     page_size: u64,
     slice_size: u64,
+    /// `log2(page_size)` and `log2(slice_size)` (both powers of two): the
+    /// fast paths shift rather than divide.
+    page_shift: u32,
+    slice_shift: u32,
     /// Slice number of `owner[0]`.
     first_slice: u64,
     nodes: Box<[Mutex<R, NodeState<L>>]>,
@@ -205,6 +209,8 @@ impl<R: RawMutex, L: Default> ShardedVmap<R, L> {
             end: e,
             page_size,
             slice_size,
+            page_shift: page_size.trailing_zeros(),
+            slice_shift: slice_size.trailing_zeros(),
             first_slice,
             nodes,
             reserve: Mutex::new(reserve),
@@ -224,27 +230,33 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         self.nodes.len() as u16
     }
 
+    /// The slice number of `addr`.
+    #[inline]
+    pub(super) fn slice_of(&self, addr: u64) -> u64 {
+        addr >> self.slice_shift
+    }
+
+    /// Frees the area starting at `addr` in node `node`: one search of its
+    /// slice's busy tree finds the live area; a size the pool keeps, with
+    /// room in its class, is parked, anything else unlinked.
     pub(super) fn free_on(&self, node: u16, addr: VirtAddr) -> Result<VmapArea, VmapError> {
         let a = addr.as_u64();
         if node as usize >= self.nodes.len() {
-            return self.reserve.lock().find_unlink(addr);
+            return self.free_reserve(addr);
         }
+        let index = self.slice_of(a);
         let mut st = self.nodes[node as usize].lock();
         let st = &mut *st;
-        let index = a / self.slice_size;
         let Some(pos) = st.slices.binary_search_by_key(&index, |s| s.index).ok() else {
             return Err(VmapError::NotFound { addr: a });
         };
         let sl = &mut st.slices[pos];
-        let pages = sl
-            .space
-            .find(addr)
-            .filter(|x| x.va_start == addr)
-            .ok_or(VmapError::NotFound { addr: a })?
-            .size()
-            / self.page_size;
-        if let Some(c) = st.pool.class(pages).filter(|&c| st.pool.has_room(c)) {
-            let (n, area) = sl.space.park(a)?;
+        let (n, size) = sl.space.live_at(a)?;
+        if let Some(c) = st
+            .pool
+            .class(size >> self.page_shift)
+            .filter(|&c| st.pool.has_room(c))
+        {
             st.pool.push(
                 c,
                 PoolEntry {
@@ -253,13 +265,14 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
                     start: a,
                 },
             );
-            return Ok(area);
+            return Ok(sl.space.park_node(n));
         }
-        sl.space.find_unlink(addr)
+        sl.space.unlink_live(n)
     }
 
     /// Steps 1 to 6 of the module docs for a request without an exact
-    /// address.
+    /// address. Only step 1, a pool hit, is inline: the rest is out of line
+    /// so that the hit path keeps a small frame.
     #[inline]
     pub(super) fn alloc_fast(
         &self,
@@ -267,32 +280,57 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         req: &AllocRequest,
         fit: &Fit,
     ) -> Result<VmapArea, VmapError> {
-        let nr = self.nodes.len();
         if fit.size <= self.slice_size / 4 {
             let mut guard = self.nodes[i].lock();
-            let st = &mut *guard;
-            if let Some(a) = self.take_pooled(st, fit) {
+            if let Some(a) = self.take_pooled(&mut guard, fit) {
                 return Ok(a);
             }
+            return self.alloc_unpooled(i, guard, req, fit);
+        }
+        self.alloc_reserve(req)
+    }
+
+    /// Steps 2 to 6 (node `i`'s lock held on entry).
+    #[inline(never)]
+    fn alloc_unpooled(
+        &self,
+        i: usize,
+        mut guard: MutexGuard<'_, R, NodeState<L>>,
+        req: &AllocRequest,
+        fit: &Fit,
+    ) -> Result<VmapArea, VmapError> {
+        let st = &mut *guard;
+        if let Some(a) = self.alloc_in_slices(st, req, fit) {
+            return Ok(a);
+        }
+        if let Some(a) = self.grow(st, req, fit) {
+            return Ok(a);
+        }
+        if st.pool.len() > 0 {
+            Self::drain_locked(st);
             if let Some(a) = self.alloc_in_slices(st, req, fit) {
                 return Ok(a);
             }
-            if let Some(a) = self.grow(st, req, fit) {
+        }
+        drop(guard);
+        let nr = self.nodes.len();
+        for k in 1..nr {
+            if let Some(a) = self.steal(i, (i + k) % nr, req, fit) {
                 return Ok(a);
             }
-            if st.pool.len() > 0 {
-                Self::drain_locked(st);
-                if let Some(a) = self.alloc_in_slices(st, req, fit) {
-                    return Ok(a);
-                }
-            }
-            drop(guard);
-            for k in 1..nr {
-                if let Some(a) = self.steal(i, (i + k) % nr, req, fit) {
-                    return Ok(a);
-                }
-            }
         }
+        self.alloc_reserve(req)
+    }
+
+    /// Frees an area of the reserve.
+    #[inline(never)]
+    pub(super) fn free_reserve(&self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
+        self.reserve.lock().find_unlink(addr)
+    }
+
+    /// Straight from the reserve (large requests, step 6).
+    #[inline(never)]
+    fn alloc_reserve(&self, req: &AllocRequest) -> Result<VmapArea, VmapError> {
         self.reserve.lock().alloc_request(req)
     }
 
@@ -317,7 +355,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         };
         let mut guard = self.nodes[owner as usize].lock();
         let st = &mut *guard;
-        let index = a / self.slice_size;
+        let index = self.slice_of(a);
         // The slice may have changed owner since `owner` was read.
         let Ok(pos) = st.slices.binary_search_by_key(&index, |s| s.index) else {
             return Err(fit.no_space());

@@ -1,7 +1,9 @@
 //! Per-node, size-segregated pools of recently freed areas (1..=256 pages),
 //! like Linux 6.9's `vmap_node.pool`: a free of a common size parks the area
-//! (it stays busy in its slice) and the next allocation of that size on the
-//! node takes it back without searching or touching shared state.
+//! (it stays busy in its slice but leaves the slice's busy tree, as Linux's
+//! pooled areas leave `vn->busy.root`, so lookups do not pay for parked
+//! areas) and the next allocation of that size on the node takes it back
+//! without searching for space or touching shared state.
 
 use crate::node::NodeIdx;
 use alloc::vec::Vec;
@@ -61,8 +63,16 @@ impl Pool {
     #[inline]
     pub(crate) fn take(&mut self, c: usize, ok: impl Fn(u64) -> bool) -> Option<PoolEntry> {
         let v = &mut self.classes[c];
+        // The usual case first: the top entry fits (a plain request).
+        let top = v.last()?;
+        if ok(top.start) {
+            self.len -= 1;
+            return v.pop();
+        }
         let n = v.len();
-        let pos = (n.saturating_sub(4)..n).rev().find(|&k| ok(v[k].start))?;
+        let pos = (n.saturating_sub(4)..n - 1)
+            .rev()
+            .find(|&k| ok(v[k].start))?;
         self.len -= 1;
         Some(v.swap_remove(pos))
     }

@@ -27,7 +27,9 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
 
     fn alloc_on(&self, node: usize, req: &AllocRequest) -> Result<VmapArea, VmapError> {
         let fit = req.validate(self.start, self.end, self.page_size)?;
-        let i = node % self.nodes.len();
+        let nr = self.nodes.len();
+        // Callers pass their CPU, almost always below `nr`: no division then.
+        let i = if node < nr { node } else { node % nr };
         let r = match req.exact {
             Some(a) => self.alloc_exact(a.as_u64(), req, &fit),
             None => self.alloc_fast(i, req, &fit),
@@ -57,7 +59,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
             .owner_slot(addr.as_u64())
             .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
         if owner == NO_OWNER {
-            return self.reserve.lock().find_unlink(addr);
+            return self.free_reserve(addr);
         }
         self.free_on(owner, addr)
     }
@@ -70,7 +72,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
             return self.reserve.lock().find(addr);
         }
         let mut st = self.nodes[owner as usize].lock();
-        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)?
+        Self::slice_mut(&mut st, self.slice_of(addr.as_u64()))?
             .space
             .find(addr)
     }
@@ -106,7 +108,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
         // Inside the area's slice only (the slice's space bounds it); a
         // parked area in the way refuses too.
         let mut st = self.nodes[owner as usize].lock();
-        Self::slice_mut(&mut st, addr.as_u64() / self.slice_size)
+        Self::slice_mut(&mut st, self.slice_of(addr.as_u64()))
             .ok_or(VmapError::NotFound {
                 addr: addr.as_u64(),
             })?

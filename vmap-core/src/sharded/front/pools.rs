@@ -10,7 +10,7 @@ use {super::NO_OWNER, crate::VirtAddr, crate::sync::atomic::Ordering, alloc::vec
 
 impl<R: RawMutex, L> ShardedVmap<R, L> {
     pub(super) fn take_pooled(&self, st: &mut NodeState<L>, fit: &Fit) -> Option<VmapArea> {
-        let c = st.pool.class(fit.size / self.page_size)?;
+        let c = st.pool.class(fit.size >> self.page_shift)?;
         let e = st.pool.take(c, |a| fit.accepts(a))?;
         let sl = Self::slice_mut(st, e.slice)?;
         Some(sl.space.unpark(e.node))

@@ -14,7 +14,7 @@ use arch_api::sync::{MutexGuard, RawMutex};
 impl<R: RawMutex, L> ShardedVmap<R, L> {
     /// The owner entry of the slice holding `addr`, if it is a whole slice.
     pub(super) fn owner_slot(&self, addr: u64) -> Option<&AtomicU16> {
-        let idx = (addr / self.slice_size).checked_sub(self.first_slice)?;
+        let idx = self.slice_of(addr).checked_sub(self.first_slice)?;
         self.owner.get(idx as usize)
     }
 

@@ -43,7 +43,7 @@
 //! ```
 
 use super::CpuLocal;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 mod rseq;
 use rseq::Local;
@@ -56,14 +56,14 @@ pub const MAX_LINUX_CPUS: usize = 1024;
 /// array by `id << 6`).
 #[derive(Debug)]
 #[repr(align(64))]
-pub struct CpuLock(AtomicU8);
+pub struct CpuLock(AtomicU32);
 
 const _: () = assert!(core::mem::size_of::<CpuLock>() == 64);
 
 impl CpuLock {
     /// An unlocked lock (`const`, for a `static` array).
     pub const fn new() -> Self {
-        CpuLock(AtomicU8::new(rseq::FREE))
+        CpuLock(AtomicU32::new(rseq::FREE))
     }
 
     /// The compare-exchange taker (no rseq in this process).

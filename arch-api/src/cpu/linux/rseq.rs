@@ -18,8 +18,10 @@
 //! that CPU: the IPI restarts any section running there, so a section that
 //! read the lock free before the exchange either committed already (and
 //! its `LOCAL` overwrote `REMOTE`, which the remote taker reads back and
-//! gives up) or restarts and finds `REMOTE`. Remote takers are serialized,
-//! so a `REMOTE` read back is the reader's own.
+//! gives up) or restarts and finds `REMOTE`. Each remote take writes its
+//! own ticket (a 32-bit value of its own, never `FREE` or `LOCAL`), so the
+//! value read back is the reader's only if no one else took the lock in
+//! between: no lock between remote takers is needed.
 //!
 //! The mode is decided once per process ([`active`]): rseq registered by
 //! glibc for the first thread that asks, a usable `cpu_id`, and the
@@ -28,21 +30,30 @@
 //! uses the compare-exchange and no fence is needed.
 
 use super::CpuLock;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
-/// Lock values: free, taken by a thread on that CPU (rseq commit), taken
-/// from elsewhere (compare-exchange, then fence).
-pub(super) const FREE: u8 = 0;
-pub(super) const LOCAL: u8 = 1;
-pub(super) const REMOTE: u8 = 2;
+/// Lock values: free, taken by a thread on that CPU (rseq commit); any
+/// other value is a remote taker's ticket (compare-exchange, then fence).
+pub(super) const FREE: u32 = 0;
+pub(super) const LOCAL: u32 = 1;
 
 const UNKNOWN: u8 = 0;
 const ON: u8 = 1;
 const OFF: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// Serializes remote takers between their exchange and their read-back.
-static REMOTE_TAKER: AtomicBool = AtomicBool::new(false);
+/// The next remote taker's ticket.
+static TICKET: AtomicU32 = AtomicU32::new(2);
+
+fn ticket() -> u32 {
+    loop {
+        let t = TICKET.fetch_add(1, Ordering::Relaxed);
+        // After 2^32 takes the counter wraps: skip FREE and LOCAL.
+        if t > LOCAL {
+            return t;
+        }
+    }
+}
 
 // `linux/membarrier.h`.
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
@@ -137,10 +148,10 @@ macro_rules! rseq_try_lock {
                 "mov {tmp}, {id}",
                 "shl {tmp}, 6",
                 "add {tmp}, {locks}",
-                "cmp byte ptr [{tmp}], 0",
+                "cmp dword ptr [{tmp}], 0",
                 "jne 6f",
                 $window,
-                "mov byte ptr [{tmp}], 1",
+                "mov dword ptr [{tmp}], 1",
                 "4:",
                 "jmp 7f",
                 // The signature glibc registered (RSEQ_SIG on x86_64), as
@@ -209,10 +220,9 @@ fn classify(id: usize, busy: usize, nr: usize) -> Local {
     }
 }
 
-/// Takes `lock` (CPU `id`'s) from any CPU: exchange, fence that CPU, read
-/// back. `false` if it is held, a local section's commit won, or another
-/// remote taker is between its exchange and its read-back (never waits: a
-/// signal handler may have interrupted that taker).
+/// Takes `lock` (CPU `id`'s) from any CPU: exchange in a ticket, fence
+/// that CPU, read back. `false` if it is held, or a local section's commit
+/// won. Never waits (a signal handler may call it).
 pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
     try_remote_fenced(lock, id, true)
 }
@@ -220,25 +230,25 @@ pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
 /// `fenced = false` is the unit tests' broken variant.
 #[inline]
 fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
-    if lock.0.load(Ordering::Relaxed) != FREE
-        || REMOTE_TAKER
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
+    if lock.0.load(Ordering::Relaxed) != FREE {
+        return false;
+    }
+    let me = ticket();
+    if lock
+        .0
+        .compare_exchange(FREE, me, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
     {
         return false;
     }
-    let mut ours = lock
-        .0
-        .compare_exchange(FREE, REMOTE, Ordering::Acquire, Ordering::Relaxed)
-        .is_ok();
-    if ours && fenced {
-        fence(id);
-        // A section that read FREE before our exchange and committed
-        // before the IPI wrote LOCAL over REMOTE: it holds the lock.
-        ours = lock.0.load(Ordering::Acquire) == REMOTE;
+    if !fenced {
+        return true;
     }
-    REMOTE_TAKER.store(false, Ordering::Release);
-    ours
+    fence(id);
+    // A section that read FREE before our exchange and committed before
+    // the IPI wrote LOCAL over our ticket: it holds the lock (and any
+    // later taker wrote its own value, never ours).
+    lock.0.load(Ordering::Acquire) == me
 }
 
 /// Restarts any rseq section running on CPU `id` and orders memory with

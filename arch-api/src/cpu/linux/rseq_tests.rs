@@ -4,7 +4,7 @@
 //! caught there.
 
 use super::*;
-use core::sync::atomic::AtomicUsize;
+use core::sync::atomic::{AtomicBool, AtomicUsize};
 use std::eprintln;
 use std::sync::atomic::AtomicU64;
 use std::vec::Vec;
@@ -197,13 +197,11 @@ fn the_local_section_takes_the_callers_cpu_and_sees_holders() {
     assert!(saw_busy);
     // SAFETY: taken above.
     unsafe { locks[id].unlock() };
-    // Another test's remote taker may be mid-take (remote takers never
-    // wait for each other): try again.
     assert!(
-        (0..1_000_000).any(|_| try_remote(&locks[id], id)),
+        try_remote(&locks[id], id),
         "a free lock was refused remotely"
     );
-    assert_eq!(locks[id].0.load(Ordering::Relaxed), REMOTE);
+    assert!(locks[id].0.load(Ordering::Relaxed) > LOCAL, "a ticket");
     // SAFETY: taken just above.
     unsafe { locks[id].unlock() };
 }

@@ -14,14 +14,14 @@
 //!
 //! That excludes only code on the same CPU. A thread taking *another*
 //! CPU's lock (`try_pin_id`: `fork`'s prepare handler) compare-exchanges
-//! it to `REMOTE`, then runs `membarrier(PRIVATE_EXPEDITED_RSEQ)` aimed at
-//! that CPU: the IPI restarts any section running there, so a section that
-//! read the lock free before the exchange either committed already (and
-//! its `LOCAL` overwrote `REMOTE`, which the remote taker reads back and
-//! gives up) or restarts and finds `REMOTE`. Each remote take writes its
-//! own ticket (a 32-bit value of its own, never `FREE` or `LOCAL`), so the
-//! value read back is the reader's only if no one else took the lock in
-//! between: no lock between remote takers is needed.
+//! in a ticket of its own (a 32-bit value, never `FREE` or `LOCAL`), then
+//! runs `membarrier(PRIVATE_EXPEDITED_RSEQ)` aimed at that CPU: the IPI
+//! restarts any section running there, so a section that read the lock
+//! free before the exchange either committed already (its `LOCAL`
+//! overwrote the ticket: the remote taker reads that back and gives up) or
+//! restarts and finds the ticket. The value read back is the reader's own
+//! only if no one else took the lock in between, so remote takers need no
+//! lock among themselves.
 //!
 //! The mode is decided once per process ([`active`]): rseq registered by
 //! glibc for the first thread that asks, a usable `cpu_id`, and the

@@ -110,13 +110,13 @@ pub mod soft_tlb;
 pub mod testing;
 
 pub use addr::{PhysAddr, VirtAddr};
-pub use cpu::CpuLocal;
 #[cfg(feature = "std")]
 pub use cpu::hosted::HostedCpus;
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub use cpu::linux::{CpuLock, LinuxCpus, MAX_LINUX_CPUS};
 #[cfg(feature = "std")]
 pub use cpu::thread::{MAX_THREAD_CPUS, ThreadCpus};
+pub use cpu::{CpuLocal, LocalOp, LocalStacks};
 pub use dwcas::{Compare, DoubleWord, DwCas, DwCell, LockedDwCas};
 pub use frame::{FrameError, FrameSource, OffsetPhysMap, PhysMap};
 pub use layout::{EntryKind, LayoutInfo, MapFlags, PageTableEntry, PageTableLayout};

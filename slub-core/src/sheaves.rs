@@ -15,8 +15,8 @@ use crate::slabs::{Over, Slabs};
 use crate::stats::StatItem;
 use crate::sync::UnsafeCellPtr;
 use crate::tid::{FastFree, TidFront};
-use arch_api::DwCas;
 use arch_api::sync::RawMutex;
+use arch_api::{DwCas, LocalOp, LocalStacks};
 use core::marker::PhantomData;
 use core::ptr::null_mut;
 
@@ -92,6 +92,12 @@ impl CpuSheaves {
     }
 }
 
+/// log2 of a CPU's line: the backend's guard-free step finds CPU `i`'s
+/// `main` at `i << LINE_SHIFT` bytes from CPU 0's.
+const LINE_SHIFT: u32 = core::mem::size_of::<CpuSheaves>().trailing_zeros();
+const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
+const _: () = assert!(core::mem::offset_of!(CpuSheaves, main) == 0);
+
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
 /// sheaves and the barn.
 pub(crate) struct SheafFront<P, C, D, R: RawMutex> {
@@ -144,6 +150,26 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         self.barn.cap()
     }
 
+    /// The per-CPU sheaves as stacks of words, for the backend's guard-free
+    /// step ([`CpuLocal::pop_local`]): CPU `i`'s `main` is the stack, its
+    /// size word first, its slots after the header; the stand-in's size
+    /// (above every capacity) makes both steps miss.
+    #[inline(always)]
+    fn stacks(&self) -> LocalStacks {
+        // SAFETY: every CPU's line holds `main` at offset 0 (asserted),
+        // lines `1 << LINE_SHIFT` bytes apart, and `main` always points at a
+        // live sheaf of `cap` slots or at the stand-in; sheaves are written
+        // only under their CPU's guard or by the backend's steps.
+        unsafe {
+            LocalStacks::new(
+                self.cpu.base().cast::<*mut usize>(),
+                LINE_SHIFT,
+                core::mem::size_of::<Sheaf>(),
+                self.cap(),
+            )
+        }
+    }
+
     /// The sheaves fast path, one try: pop from the main sheaf. With a
     /// backend that pins for free ([`CpuLocal::HAS_PINNED_CPU`]) there is no
     /// guard at all and anything else is left to the caller's slow path;
@@ -157,6 +183,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             // contract), as a guard would make it.
             unsafe { self.sheaf_pop(slabs, cpu) }
         } else {
+            // A backend with a guard-free step (an rseq section) pops in
+            // one restartable sequence.
+            // SAFETY: `stacks` describes this front's sheaves (its docs).
+            match unsafe { slabs.cpus().pop_local(&self.stacks()) } {
+                LocalOp::Done { cpu, value } => {
+                    slabs.stat(cpu, StatItem::AllocFastpath);
+                    return Some(value);
+                }
+                LocalOp::Miss => return None,
+                LocalOp::Pin => {}
+            }
             // `local_trylock`: a held guard (its holder preempted or
             // migrated inside its section) sends us to the slow path.
             let (_g, cpu) = slabs.cpus().try_pin()?;
@@ -274,6 +311,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             // SAFETY: pinned to `cpu` (the `pinned_cpu` contract).
             unsafe { self.sheaf_push(slabs, cpu, p) }
         } else {
+            // SAFETY: as in `alloc_fast`.
+            match unsafe { slabs.cpus().push_local(&self.stacks(), p) } {
+                LocalOp::Done { cpu, .. } => {
+                    slabs.stat(cpu, StatItem::FreeFastpath);
+                    return FastFree::Done;
+                }
+                LocalOp::Miss => return FastFree::Slow,
+                LocalOp::Pin => {}
+            }
             let Some((_g, cpu)) = slabs.cpus().try_pin() else {
                 return FastFree::Slow;
             };

@@ -5,6 +5,9 @@ use core::cell::UnsafeCell;
 
 /// A raw pointer in an `UnsafeCell`: a list link or per-CPU pointer whose
 /// protection (node lock, CpuLocal guard) is documented where it is used.
+/// Transparent: a CPU's `main` sheaf pointer is read by the backend's
+/// guard-free step as a plain pointer (`sheaves.rs`).
+#[repr(transparent)]
 pub(crate) struct UnsafeCellPtr<T>(UnsafeCell<*mut T>);
 
 impl<T> UnsafeCellPtr<T> {

@@ -25,6 +25,11 @@
 //!   compare-exchange and a `membarrier` fence aimed at that CPU. Elsewhere
 //!   every lock is taken by compare-exchange. [`LinuxCpus::uses_rseq`]
 //!   says which; the `rseq` module explains why it is sound.
+//! * In that rseq mode [`pop_local`](CpuLocal::pop_local) and
+//!   [`push_local`](CpuLocal::push_local) are rseq sections too: the pop
+//!   or push itself is the commit, and the CPU's lock is only read (a
+//!   holder makes the step miss), so a `malloc` that hits its CPU's sheaf
+//!   writes no lock at all (module `rseq_stack`).
 //! * `OWNER_ONLY_WRITES = false`: the tid fast path uses the SMP DW-CAS; a
 //!   thread migrated between reading the tid and the CAS fails the CAS and
 //!   retries.
@@ -46,6 +51,8 @@ use super::CpuLocal;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 mod rseq;
+mod rseq_stack;
+use crate::cpu::{LocalOp, LocalStacks};
 use rseq::Local;
 
 /// Most CPUs a [`LinuxCpus`] handles (ids at or above it share slots
@@ -272,6 +279,28 @@ unsafe impl CpuLocal for LinuxCpus {
     #[inline(always)]
     fn try_pin_nolock(&self) -> Option<(LinuxPin<'_>, usize)> {
         self.try_pin()
+    }
+
+    /// An rseq section on x86_64 (module `rseq_stack`) when the locks are
+    /// taken by rseq and the heads are 64 bytes apart; else
+    /// [`LocalOp::Pin`].
+    #[inline(always)]
+    unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
+        if self.rseq && stacks.head_shift() == rseq_stack::HEAD_SHIFT {
+            // SAFETY: `rseq` is set only when `rseq::active()` and
+            // `locks.len() >= nr`; the caller's contract covers `stacks`.
+            return unsafe { rseq_stack::pop(self.locks, self.nr, stacks) };
+        }
+        LocalOp::Pin
+    }
+
+    #[inline(always)]
+    unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
+        if self.rseq && stacks.head_shift() == rseq_stack::HEAD_SHIFT {
+            // SAFETY: as in `pop_local`.
+            return unsafe { rseq_stack::push(self.locks, self.nr, stacks, value) };
+        }
+        LocalOp::Pin
     }
 }
 

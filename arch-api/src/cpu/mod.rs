@@ -41,6 +41,15 @@
 //!   `local_trylock`, whose flag an NMI finds set. With `Some` the nolock
 //!   calls use the CPU's sheaves; with `None` they use the tid front's
 //!   lockless freelist (a DW-CAS, safe in any context).
+//! * [`pop_local`](CpuLocal::pop_local) / [`push_local`](CpuLocal::push_local)
+//!   (optional, default [`LocalOp::Pin`]): one pop or push on the stack of
+//!   the CPU the caller runs on, described by [`LocalStacks`], with no
+//!   guard, atomic against everything else that uses that CPU's stacks:
+//!   code that runs on that CPU in between (a preempting task, an
+//!   interrupt or signal handler) and holders of that CPU's guard. A
+//!   kernel can implement it with its preemption-safe per-CPU operations;
+//!   `LinuxCpus` (feature `std`) runs an rseq critical section. The
+//!   sheaves front's fast paths then take no guard at all.
 //! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
 //!   by code running on their own CPU. The fast path computes the cell's
 //!   address from [`current_cpu`](CpuLocal::current_cpu) and then runs the
@@ -132,6 +141,34 @@ pub unsafe trait CpuLocal: Sync {
         None
     }
 
+    /// Pops a word from the stack of the CPU the caller runs on, with no
+    /// guard (see [`local_stack`]): [`LocalOp::Done`] with the word and the
+    /// CPU, [`LocalOp::Miss`] if the stack is empty or the CPU's guard is
+    /// held, or [`LocalOp::Pin`] (the default) if the backend cannot, and
+    /// the caller should pin and pop under the guard.
+    ///
+    /// # Safety
+    /// `stacks` describes stacks for every CPU id of this backend
+    /// ([`LocalStacks::new`]'s contract), written by nothing but these steps
+    /// and holders of the CPUs' guards.
+    #[inline(always)]
+    unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
+        let _ = stacks;
+        LocalOp::Pin
+    }
+
+    /// Pushes `value` onto the stack of the CPU the caller runs on, with
+    /// no guard: as [`pop_local`](Self::pop_local), [`LocalOp::Miss`] if
+    /// the stack is full.
+    ///
+    /// # Safety
+    /// As [`pop_local`](Self::pop_local).
+    #[inline(always)]
+    unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
+        let _ = (stacks, value);
+        LocalOp::Pin
+    }
+
     /// Test backends only (feature `testing` or `--cfg kmm_loom`; not part
     /// of the API, absent otherwise): a point at which the backend may
     /// preempt or migrate the caller.
@@ -175,12 +212,25 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     fn pinned_cpu(&self) -> Option<usize> {
         (**self).pinned_cpu()
     }
+    #[inline(always)]
+    unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { (**self).pop_local(stacks) }
+    }
+    #[inline(always)]
+    unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { (**self).push_local(stacks, value) }
+    }
     #[cfg(any(kmm_loom, feature = "testing"))]
     #[inline(always)]
     fn preempt_point(&self, at: crate::testing::PreemptPoint) {
         (**self).preempt_point(at)
     }
 }
+
+pub mod local_stack;
+pub use local_stack::{LocalOp, LocalStacks};
 
 #[cfg(feature = "std")]
 pub mod hosted;

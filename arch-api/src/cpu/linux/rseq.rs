@@ -229,7 +229,7 @@ pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
 
 /// `fenced = false` is the unit tests' broken variant.
 #[inline]
-fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
+pub(super) fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
     if lock.0.load(Ordering::Relaxed) != FREE {
         return false;
     }
@@ -280,6 +280,17 @@ fn fence(id: usize) {
         libc::write(2, msg.as_ptr().cast(), msg.len());
         libc::abort()
     }
+}
+
+/// The thread's `rseq_cs` word (what the kernel would follow on the next
+/// preemption): the sections' tests check that none is left armed.
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+pub(super) fn armed_descriptor() -> u64 {
+    let tp: usize;
+    // SAFETY: reads the thread pointer register.
+    unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };
+    // SAFETY: `active()`: glibc's registered area is at this offset.
+    unsafe { ((tp as isize + super::__rseq_offset + 8) as *const u64).read_volatile() }
 }
 
 #[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]

@@ -20,16 +20,6 @@ fn try_local_wide(locks: &[CpuLock], nr: usize) -> Local {
     classify(id, busy, nr)
 }
 
-/// The thread's `rseq_cs` word (what the kernel would follow on the next
-/// preemption).
-fn armed_descriptor() -> u64 {
-    let tp: usize;
-    // SAFETY: reads the thread pointer register.
-    unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };
-    // SAFETY: `active()`: glibc's registered area is at this offset.
-    unsafe { ((tp as isize + crate::cpu::linux::__rseq_offset + 8) as *const u64).read_volatile() }
-}
-
 struct Arena {
     locks: Vec<CpuLock>,
     owner: Vec<AtomicUsize>,

@@ -1,0 +1,226 @@
+//! [`CpuLocal::pop_local`](crate::CpuLocal::pop_local) /
+//! [`push_local`](crate::CpuLocal::push_local) as rseq critical sections
+//! (x86_64, glibc's rseq area; tcmalloc's per-CPU caches work this way).
+//!
+//! One section reads the thread's `cpu_id`, tests that CPU's lock (a guard
+//! holder, local or remote, makes it miss), loads the CPU's stack and its
+//! length, and commits with one store of the new length (a push writes its
+//! slot first: above the old length, so an aborted push leaves nothing
+//! behind). Preemption, migration or a signal before the commit restarts
+//! the section. A remote taker of the CPU's lock fences the CPU with
+//! `membarrier` after writing its ticket (`rseq.rs`), so a section that
+//! read the lock free has either committed by then or restarts and misses:
+//! the same argument as the lock's own section, with the pop or push as the
+//! commit instead of the lock word. Neither step writes the lock, so a
+//! remote taker's read-back is unaffected.
+//!
+//! The sections index both the locks and the stacks' heads by `id << 6`:
+//! heads on other strides get [`LocalOp::Pin`].
+
+use super::CpuLock;
+use crate::cpu::{LocalOp, LocalStacks};
+
+/// The distance between two CPUs' heads the sections handle (one cache
+/// line, as the locks).
+pub(super) const HEAD_SHIFT: u32 = 6;
+
+/// The pop section. `$window` is extra code between the load of the word
+/// and the commit (empty except in the unit tests, which widen it).
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+macro_rules! rseq_pop {
+    ($locks:expr, $nr:expr, $stacks:expr, $window:literal) => {{
+        let s: &LocalStacks = $stacks;
+        let id: usize;
+        let st: usize;
+        let v: usize;
+        // SAFETY: the callers (`pop`, the tests) pass `$locks` pointing to
+        // `$nr` 64-byte `CpuLock`s and stacks under `LocalStacks::new`'s
+        // contract with 64-byte heads, and run only after `active()`, so
+        // `__rseq_offset` locates the thread's registered area. The section
+        // writes only a stack's length word and the area's `rseq_cs`.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {v}, [rip + 5f]",
+                "mov qword ptr fs:[{off} + 8], {v}",
+                "3:",
+                "mov {st:e}, 2",
+                "mov {id:e}, dword ptr fs:[{off} + 4]",
+                "cmp {id}, {nr}",
+                "jae 4f",
+                "mov {st:e}, 1",
+                "mov {v}, {id}",
+                "shl {v}, 6",
+                "cmp dword ptr [{locks} + {v}], 0",
+                "jne 4f",
+                "mov {h}, qword ptr [{heads} + {v}]",
+                "mov {n}, qword ptr [{h}]",
+                "sub {n}, 1",
+                "cmp {n}, {cap}",
+                "jae 4f",
+                "lea {v}, [{h} + {n} * 8]",
+                "mov {v}, qword ptr [{v} + {slots}]",
+                $window,
+                "xor {st:e}, {st:e}",
+                "mov qword ptr [{h}], {n}",
+                "4:",
+                "jmp 7f",
+                // glibc's RSEQ_SIG as a `ud1` operand, before the handler.
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "8:",
+                "jmp 2b",
+                "7:",
+                // Disarm (see `rseq_try_lock!`).
+                "mov qword ptr fs:[{off} + 8], 0",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "5:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 8b",
+                ".popsection",
+                off = in(reg) $crate::cpu::linux::__rseq_offset,
+                locks = in(reg) $locks,
+                nr = in(reg) $nr,
+                heads = in(reg) s.heads(),
+                cap = in(reg) s.cap(),
+                slots = in(reg) s.slots(),
+                id = out(reg) id,
+                st = out(reg) st,
+                v = out(reg) v,
+                h = out(reg) _,
+                n = out(reg) _,
+                options(nostack),
+            );
+        }
+        (id, st, v)
+    }};
+}
+
+/// The push section (`$window` as in `rseq_pop!`).
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+macro_rules! rseq_push {
+    ($locks:expr, $nr:expr, $stacks:expr, $value:expr, $window:literal) => {{
+        let s: &LocalStacks = $stacks;
+        let id: usize;
+        let st: usize;
+        // SAFETY: as in `rseq_pop!`; the section also writes the slot just
+        // above the stack's length, which no one reads before a commit.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 5f]",
+                "mov qword ptr fs:[{off} + 8], {t}",
+                "3:",
+                "mov {st:e}, 2",
+                "mov {id:e}, dword ptr fs:[{off} + 4]",
+                "cmp {id}, {nr}",
+                "jae 4f",
+                "mov {st:e}, 1",
+                "mov {t}, {id}",
+                "shl {t}, 6",
+                "cmp dword ptr [{locks} + {t}], 0",
+                "jne 4f",
+                "mov {h}, qword ptr [{heads} + {t}]",
+                "mov {n}, qword ptr [{h}]",
+                "cmp {n}, {cap}",
+                "jae 4f",
+                "lea {t}, [{h} + {n} * 8]",
+                "mov qword ptr [{t} + {slots}], {val}",
+                "add {n}, 1",
+                $window,
+                "xor {st:e}, {st:e}",
+                "mov qword ptr [{h}], {n}",
+                "4:",
+                "jmp 7f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "8:",
+                "jmp 2b",
+                "7:",
+                "mov qword ptr fs:[{off} + 8], 0",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "5:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 8b",
+                ".popsection",
+                off = in(reg) $crate::cpu::linux::__rseq_offset,
+                locks = in(reg) $locks,
+                nr = in(reg) $nr,
+                heads = in(reg) s.heads(),
+                cap = in(reg) s.cap(),
+                slots = in(reg) s.slots(),
+                val = in(reg) $value,
+                id = out(reg) id,
+                st = out(reg) st,
+                t = out(reg) _,
+                h = out(reg) _,
+                n = out(reg) _,
+                options(nostack),
+            );
+        }
+        (id, st)
+    }};
+}
+
+/// What a section's status register says.
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+#[inline(always)]
+fn classify(id: usize, st: usize, value: usize) -> LocalOp {
+    match st {
+        0 => LocalOp::Done { cpu: id, value },
+        1 => LocalOp::Miss,
+        // No usable `cpu_id` (or one at or above `nr`): the guard path
+        // takes `sched_getcpu()`'s lock the remote way.
+        _ => LocalOp::Pin,
+    }
+}
+
+/// Pops from the caller's CPU's stack by an rseq section.
+///
+/// # Safety
+/// `super::rseq::active()` answered `true`; `locks` has at least `nr`
+/// entries; `stacks` is valid for ids below `nr` with heads 64 bytes apart.
+#[inline(always)]
+pub(super) unsafe fn pop(locks: &[CpuLock], nr: usize, stacks: &LocalStacks) -> LocalOp {
+    debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
+    {
+        let (id, st, v) = rseq_pop!(locks.as_ptr(), nr, stacks, "");
+        return classify(id, st, v);
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (locks, nr, stacks);
+        LocalOp::Pin
+    }
+}
+
+/// Pushes onto the caller's CPU's stack by an rseq section.
+///
+/// # Safety
+/// As [`pop`].
+#[inline(always)]
+pub(super) unsafe fn push(
+    locks: &[CpuLock],
+    nr: usize,
+    stacks: &LocalStacks,
+    value: usize,
+) -> LocalOp {
+    debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
+    {
+        let (id, st) = rseq_push!(locks.as_ptr(), nr, stacks, value, "");
+        return classify(id, st, 0);
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (locks, nr, stacks, value);
+        LocalOp::Pin
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+#[path = "rseq_stack_tests.rs"]
+mod tests;

@@ -1,0 +1,280 @@
+//! The pop/push sections: their answers on one thread, and the tokens
+//! they move between threads, CPUs and remote lock holders, with the window
+//! between the word's load and the commit widened; the broken variant
+//! (remote takers without the fence) must lose or duplicate a token there.
+
+use super::super::possible_cpus;
+use super::super::rseq::{self, FREE, LOCAL, armed_descriptor};
+use super::*;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::boxed::Box;
+use std::eprintln;
+use std::vec;
+use std::vec::Vec;
+
+/// One CPU's head pointer, alone on its line (as the sections expect).
+#[repr(C, align(64))]
+struct Head(*mut usize);
+
+/// Per-CPU stacks of `cap` slots, each a length word then the slots.
+struct Stacks {
+    heads: Vec<Head>,
+    store: Vec<Box<[usize]>>,
+    cap: usize,
+}
+
+impl Stacks {
+    fn new(nr: usize, cap: usize) -> Self {
+        let mut store: Vec<Box<[usize]>> = (0..nr).map(|_| vec![0; cap + 1].into()).collect();
+        let heads = store.iter_mut().map(|s| Head(s.as_mut_ptr())).collect();
+        Self { heads, store, cap }
+    }
+
+    fn desc(&self) -> LocalStacks {
+        // SAFETY: every head points to a length word and `cap` slots, kept
+        // alive by `store` while `self` lives.
+        unsafe {
+            LocalStacks::new(
+                self.heads.as_ptr().cast(),
+                HEAD_SHIFT,
+                core::mem::size_of::<usize>(),
+                self.cap,
+            )
+        }
+    }
+
+    /// Every token on every stack (after the threads are gone).
+    fn tokens(&self) -> Vec<usize> {
+        self.store
+            .iter()
+            .flat_map(|s| s[1..=s[0]].iter().copied())
+            .collect()
+    }
+}
+
+// SAFETY: the stacks are written only by the sections and by holders of
+// their CPU's lock: the discipline under test, which the token count checks.
+unsafe impl Sync for Stacks {}
+
+fn locks(nr: usize) -> Vec<CpuLock> {
+    (0..nr).map(|_| CpuLock::new()).collect()
+}
+
+fn pop_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks) -> LocalOp {
+    let (id, st, v) = rseq_pop!(
+        locks.as_ptr(),
+        nr,
+        s,
+        "mov {st:e}, 300\n9:\npause\ndec {st:e}\njnz 9b"
+    );
+    classify(id, st, v)
+}
+
+fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> LocalOp {
+    let (id, st) = rseq_push!(
+        locks.as_ptr(),
+        nr,
+        s,
+        value,
+        "mov {st:e}, 300\n9:\npause\ndec {st:e}\njnz 9b"
+    );
+    classify(id, st, 0)
+}
+
+/// `pop` for the tests, which check `active()` first and pass `nr` locks
+/// and stacks for `nr` CPUs with 64-byte heads.
+fn pop_at(l: &[CpuLock], nr: usize, d: &LocalStacks) -> LocalOp {
+    // SAFETY: the contract above, which every caller here keeps.
+    unsafe { pop(l, nr, d) }
+}
+
+/// `push` for the tests (as `pop_at`).
+fn push_at(l: &[CpuLock], nr: usize, d: &LocalStacks, v: usize) -> LocalOp {
+    // SAFETY: as in `pop_at`.
+    unsafe { push(l, nr, d, v) }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "rseq: inline asm")]
+fn the_sections_pop_and_push_the_callers_cpu_stack() {
+    if !rseq::active() {
+        eprintln!("rseq not active in this process: nothing to test");
+        return;
+    }
+    let nr = possible_cpus();
+    let (l, st) = (locks(nr), Stacks::new(nr, 4));
+    let d = st.desc();
+    assert_eq!(pop_at(&l, nr, &d), LocalOp::Miss, "empty stacks");
+    let mut pushed = Vec::new();
+    for v in 1..=3usize {
+        match push_at(&l, nr, &d, v) {
+            LocalOp::Done { cpu, .. } => pushed.push((cpu, v)),
+            other => panic!("push onto a stack with room: {other:?}"),
+        }
+    }
+    assert_eq!(armed_descriptor(), 0, "a section left its descriptor armed");
+    for &(cpu, v) in &pushed {
+        assert!(st.store[cpu][1..=st.store[cpu][0]].contains(&v));
+    }
+    // Every lock held: both steps miss, and change nothing.
+    for k in &l {
+        k.0.store(LOCAL, Ordering::Relaxed);
+    }
+    assert_eq!(push_at(&l, nr, &d, 9), LocalOp::Miss);
+    assert_eq!(pop_at(&l, nr, &d), LocalOp::Miss);
+    assert_eq!(st.tokens().len(), 3);
+    for k in &l {
+        k.0.store(FREE, Ordering::Relaxed);
+    }
+    // Pop what is there (the thread may move between CPUs: pop until every
+    // stack the pushes used is empty, at most a few misses per move).
+    let mut popped = Vec::new();
+    for _ in 0..10_000 {
+        if popped.len() == 3 {
+            break;
+        }
+        if let LocalOp::Done { cpu, value } = pop_at(&l, nr, &d) {
+            assert!(pushed.contains(&(cpu, value)), "{value} from CPU {cpu}");
+            popped.push(value);
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    popped.sort_unstable();
+    assert_eq!(popped, [1, 2, 3]);
+    assert_eq!(armed_descriptor(), 0);
+    // Full stacks and a stand-in (length above `cap`) make a push miss.
+    let (full, stand_in) = (Stacks::new(nr, 2), Stacks::new(nr, 2));
+    for (f, i) in full.heads.iter().zip(&stand_in.heads) {
+        // SAFETY: each head points to its stack's length word; no one else
+        // uses these stacks.
+        unsafe {
+            *f.0 = 2;
+            *i.0 = usize::MAX;
+        }
+    }
+    assert_eq!(push_at(&l, nr, &full.desc(), 7), LocalOp::Miss);
+    assert_eq!(push_at(&l, nr, &stand_in.desc(), 7), LocalOp::Miss);
+    assert_eq!(pop_at(&l, nr, &stand_in.desc()), LocalOp::Miss);
+}
+
+/// Tokens `1..=TOKENS` start on CPU 0's stack. Four threads pop a token
+/// and push it back (both through the widened sections); two remote
+/// takers take a random CPU's lock, pop a token under it, release, and
+/// push it back through a section. Returns the tokens that came out twice
+/// or not at all, and the remote takes.
+fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
+    const TOKENS: usize = 200;
+    let nr = possible_cpus();
+    let (l, st) = (locks(nr), Stacks::new(nr, 2 * TOKENS));
+    {
+        let s0 = st.heads[0].0;
+        for t in 1..=TOKENS {
+            // SAFETY: CPU 0's stack has room for the tokens; no thread runs yet.
+            unsafe { *s0.add(t) = t };
+        }
+        // SAFETY: as above.
+        unsafe { *s0 = TOKENS };
+    }
+    let (l, done, remote_taken) = (&l, AtomicBool::new(false), AtomicU64::new(0));
+    let (done, remote_taken, st) = (&done, &remote_taken, &st);
+    // A thread holding a token pushes it back: a push misses while a lock
+    // is held, which passes, or on a full stack, which only doubled tokens
+    // (the broken variant) can fill: those go to `spill`.
+    let spill = &std::sync::Mutex::new(Vec::new());
+    let give_back = move |d: &LocalStacks, v: usize| {
+        for _ in 0..1_000 {
+            if let LocalOp::Done { .. } = push_wide(l, nr, d, v) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        spill.lock().unwrap().push(v);
+    };
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(move || {
+                let d = &st.desc();
+                while !done.load(Ordering::Relaxed) {
+                    if let LocalOp::Done { value, .. } = pop_wide(l, nr, d) {
+                        give_back(d, value);
+                    }
+                }
+            });
+        }
+        let remotes: Vec<_> = (0..2u64)
+            .map(|t| {
+                s.spawn(move || {
+                    let d = &st.desc();
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
+                    for tries in 0..1_000_000u32 {
+                        if remote_taken.load(Ordering::Relaxed) >= takes {
+                            break;
+                        }
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let id = (x as usize) % nr;
+                        if rseq::try_remote_fenced(&l[id], id, fenced) {
+                            remote_taken.fetch_add(1, Ordering::Relaxed);
+                            // SAFETY: we hold CPU `id`'s lock.
+                            let got = unsafe { d.pop_pinned(id) };
+                            // SAFETY: taken above.
+                            unsafe { l[id].unlock() };
+                            if let Some(v) = got {
+                                give_back(d, v);
+                            }
+                        } else if tries % 256 == 255 {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for r in remotes {
+            r.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let mut seen = vec![0u32; TOKENS + 1];
+    for t in st
+        .tokens()
+        .into_iter()
+        .chain(spill.lock().unwrap().drain(..))
+    {
+        seen[t] += 1;
+    }
+    let wrong = seen[1..].iter().filter(|&&n| n != 1).count();
+    (wrong, remote_taken.load(Ordering::Relaxed))
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "rseq and membarrier: inline asm and syscalls")]
+fn every_token_survives_sections_and_remote_holders() {
+    if !rseq::active() {
+        eprintln!("rseq not active in this process: nothing to test");
+        return;
+    }
+    let (wrong, remote) = hammer(true, 20_000);
+    eprintln!("fenced: {wrong} tokens lost or doubled, {remote} remote takes");
+    assert_eq!(wrong, 0, "tokens lost or doubled ({remote} remote takes)");
+    assert!(
+        remote > 0,
+        "no remote take succeeded: the test tested nothing"
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "rseq and membarrier: inline asm and syscalls")]
+fn remote_holders_without_the_fence_lose_tokens() {
+    if !rseq::active() {
+        eprintln!("rseq not active in this process: nothing to test");
+        return;
+    }
+    let caught = (0..10).any(|_| {
+        let (wrong, remote) = hammer(false, 5_000);
+        eprintln!("unfenced: {wrong} tokens lost or doubled, {remote} remote takes");
+        wrong > 0
+    });
+    assert!(caught, "the unfenced remote holder was never caught");
+}

@@ -22,58 +22,49 @@ pub(crate) struct Sheaf {
 /// A sheaf's fill count: plain memory (only its CPU touches it, under the
 /// guard). Under loom it is a relaxed loom atomic so the model checker can
 /// interleave at its reads and writes (a plain load/store, no RMW).
+/// (Also the main sheaf's count kept in its CPU's line: `sheaves/line.rs`.)
 #[cfg(not(kmm_loom))]
 #[repr(transparent)]
-struct SheafSize(core::cell::Cell<usize>);
+pub(crate) struct SheafSize(core::cell::Cell<usize>);
 #[cfg(not(kmm_loom))]
 impl SheafSize {
-    fn new(v: usize) -> Self {
+    pub(crate) fn new(v: usize) -> Self {
         Self(core::cell::Cell::new(v))
     }
     #[inline(always)]
-    fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.get()
     }
     #[inline(always)]
-    fn set(&self, v: usize) {
+    pub(crate) fn set(&self, v: usize) {
         self.0.set(v);
     }
 }
 #[cfg(kmm_loom)]
-struct SheafSize(loom::sync::atomic::AtomicUsize);
+pub(crate) struct SheafSize(loom::sync::atomic::AtomicUsize);
 #[cfg(kmm_loom)]
 impl SheafSize {
-    fn new(v: usize) -> Self {
+    pub(crate) fn new(v: usize) -> Self {
         Self(loom::sync::atomic::AtomicUsize::new(v))
     }
-    fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.load(core::sync::atomic::Ordering::Relaxed)
     }
-    fn set(&self, v: usize) {
+    pub(crate) fn set(&self, v: usize) {
         self.0.store(v, core::sync::atomic::Ordering::Relaxed)
     }
 }
 
-/// The fill count of a CPU's "no sheaf" stand-in: above every capacity, so
-/// the fast paths' one bounds check (`size - 1 < cap` to pop, `size < cap`
-/// to push) fails on it and they need no separate null test.
-const NO_SHEAF_SIZE: usize = usize::MAX;
+/// The fill count a CPU's line holds while it has no main sheaf: above
+/// every capacity, so the fast paths' one bounds check (`size - 1 < cap` to
+/// pop, `size < cap` to push) fails on it and they need no null test.
+pub(crate) const NO_SHEAF_SIZE: usize = usize::MAX;
 
 impl Sheaf {
-    /// The stand-in a CPU's `main` points at while it has no sheaf (kept in
-    /// the CPU's line): a header with no slots whose size makes both fast
-    /// paths miss. Never written.
-    pub(crate) fn no_sheaf() -> Self {
-        Self {
-            size: SheafSize::new(NO_SHEAF_SIZE),
-            next: null_mut(),
-        }
-    }
-
     /// The fill count.
     ///
     /// # Safety
-    /// `s` is a live sheaf (or a stand-in) owned by the caller.
+    /// `s` is a live sheaf owned by the caller.
     #[inline(always)]
     pub(crate) unsafe fn size(s: *const Sheaf) -> usize {
         // SAFETY: the caller's contract.
@@ -83,7 +74,7 @@ impl Sheaf {
     /// Sets the fill count.
     ///
     /// # Safety
-    /// `s` is a live sheaf (not a stand-in) owned by the caller.
+    /// `s` is a live sheaf owned by the caller.
     #[inline(always)]
     pub(crate) unsafe fn set_size(s: *const Sheaf, n: usize) {
         // SAFETY: the caller's contract.

@@ -13,90 +13,21 @@ use crate::page_source::PageSource;
 use crate::percpu::PerCpu;
 use crate::slabs::{Over, Slabs};
 use crate::stats::StatItem;
-use crate::sync::UnsafeCellPtr;
 use crate::tid::{FastFree, TidFront};
 use arch_api::sync::RawMutex;
 use arch_api::{DwCas, LocalOp, LocalStacks};
 use core::marker::PhantomData;
 use core::ptr::null_mut;
+use line::CpuSheaves;
 
 mod bulk;
+mod line;
 mod nolock;
-
-/// One CPU's sheaves. `main` is never null: without a sheaf it points at
-/// `no_sheaf` (set by [`init_in_place`](Self::init_in_place)), so the fast
-/// paths need no null test; `spare` may be null. Protected by the CPU's
-/// guard.
-#[repr(C, align(64))]
-struct CpuSheaves {
-    main: UnsafeCellPtr<Sheaf>,
-    spare: UnsafeCellPtr<Sheaf>,
-    /// The stand-in `main` points at while there is no main sheaf.
-    no_sheaf: Sheaf,
-}
-
-impl CpuSheaves {
-    /// Writes a new line at `at` and points its `main` at its stand-in
-    /// (which needs the final address, so it is built in place).
-    ///
-    /// # Safety
-    /// `at` is valid for writes of a `CpuSheaves`, aligned, and not in use.
-    unsafe fn init_in_place(at: *mut CpuSheaves) {
-        // SAFETY: the caller's contract; the pointer to `no_sheaf` is derived
-        // from `at`, so it stays valid as long as the line does.
-        unsafe {
-            at.write(CpuSheaves {
-                main: UnsafeCellPtr::null(),
-                spare: UnsafeCellPtr::null(),
-                no_sheaf: Sheaf::no_sheaf(),
-            });
-            (*at).main.set(core::ptr::addr_of_mut!((*at).no_sheaf));
-        }
-    }
-
-    /// Whether `s` is this CPU's stand-in rather than a sheaf.
-    fn is_no_sheaf(&self, s: *mut Sheaf) -> bool {
-        core::ptr::eq(s, &self.no_sheaf)
-    }
-
-    /// The main sheaf, or null when there is none (the stand-in).
-    ///
-    /// # Safety
-    /// Under the guard of this CPU (or exclusive access).
-    unsafe fn main_sheaf(&self) -> *mut Sheaf {
-        // SAFETY: the caller's contract.
-        let s = unsafe { self.main.get() };
-        if self.is_no_sheaf(s) {
-            core::ptr::null_mut()
-        } else {
-            s
-        }
-    }
-
-    /// Leaves the CPU without a main sheaf (`main` at the stand-in).
-    ///
-    /// # Safety
-    /// Under the guard of this CPU (or exclusive access); the main sheaf, if
-    /// any, has been taken care of by the caller.
-    unsafe fn set_no_main_sheaf(&self) {
-        // A pointer derived from `&self` is enough: the stand-in is only
-        // ever read through `main` (its size fails both fast-path checks).
-        // SAFETY: the caller's contract.
-        unsafe {
-            let cur = self.main.get();
-            if !self.is_no_sheaf(cur) {
-                let p = core::ptr::addr_of!(self.no_sheaf).cast_mut();
-                self.main.set(p);
-            }
-        }
-    }
-}
 
 /// log2 of a CPU's line: the backend's guard-free step finds CPU `i`'s
 /// `main` at `i << LINE_SHIFT` bytes from CPU 0's.
 const LINE_SHIFT: u32 = core::mem::size_of::<CpuSheaves>().trailing_zeros();
 const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
-const _: () = assert!(core::mem::offset_of!(CpuSheaves, main) == 0);
 
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
 /// sheaves and the barn.
@@ -113,8 +44,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     pub(crate) fn new(pages: &P, nr_cpus: usize, enabled: bool, barn: Barn<R>) -> Option<Self> {
         let cpu = if enabled {
             // SAFETY: `PerCpu::new` hands out valid, aligned, unused lines.
-            PerCpu::new(pages, nr_cpus, |at, _| unsafe {
-                CpuSheaves::init_in_place(at)
+            PerCpu::new(pages, nr_cpus, |at: *mut CpuSheaves, _| unsafe {
+                at.write(CpuSheaves::new())
             })?
         } else {
             PerCpu::empty()
@@ -151,23 +82,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     }
 
     /// The per-CPU sheaves as stacks of words, for the backend's guard-free
-    /// step ([`CpuLocal::pop_local`]): CPU `i`'s `main` is the stack, its
-    /// size word first, its slots after the header; the stand-in's size
-    /// (above every capacity) makes both steps miss.
+    /// step ([`CpuLocal::pop_local`]): each CPU's line starts with its main
+    /// sheaf's slot array and fill count (`line.rs`).
     #[inline(always)]
     fn stacks(&self) -> LocalStacks {
-        // SAFETY: every CPU's line holds `main` at offset 0 (asserted),
-        // lines `1 << LINE_SHIFT` bytes apart, and `main` always points at a
-        // live sheaf of `cap` slots or at the stand-in; sheaves are written
-        // only under their CPU's guard or by the backend's steps.
-        unsafe {
-            LocalStacks::new(
-                self.cpu.base().cast::<*mut usize>(),
-                LINE_SHIFT,
-                core::mem::size_of::<Sheaf>(),
-                self.cap(),
-            )
-        }
+        // SAFETY: every CPU's line starts with the two words (asserted in
+        // `line.rs`), lines `1 << LINE_SHIFT` bytes apart; the slots are a
+        // live sheaf's `cap` slots whenever the count is at most `cap`; they
+        // are written only under the CPU's guard or by the backend's steps.
+        unsafe { LocalStacks::new(self.cpu.base().cast::<usize>(), LINE_SHIFT, self.cap()) }
     }
 
     /// The sheaves fast path, one try: pop from the main sheaf. With a
@@ -230,20 +153,18 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     #[inline(always)]
     unsafe fn sheaf_pop(&self, slabs: &Slabs<P, C, D, R>, cpu: usize) -> Option<usize> {
         let c = self.cpu.get(cpu);
-        // SAFETY: pinned to `cpu`, so the CPU's sheaves are ours; `main` is
-        // a live sheaf whose first `size` slots hold objects, or the CPU's
-        // stand-in, whose size fails the check (so it is never written).
+        // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
+        // `cap` means a main sheaf whose first `size` slots hold objects.
         unsafe {
-            let main = c.main.get();
-            let n = Sheaf::size(main).wrapping_sub(1);
+            let n = c.size().wrapping_sub(1);
             #[cfg(any(kmm_loom, feature = "testing"))]
             slabs
                 .cpus()
                 .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
             if n < self.cap() {
-                Sheaf::set_size(main, n);
+                c.set_size(n);
                 slabs.stat(cpu, StatItem::AllocFastpath);
-                return Some(*Sheaf::slot(main, n));
+                return Some(*c.slot(n));
             }
         }
         None
@@ -262,39 +183,42 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         // SAFETY: under the guard of `cpu`, the main and spare sheaves are
         // ours; sheaves returned by the barn are ours.
         unsafe {
-            let mut main = c.main_sheaf();
             let spare = c.spare.get();
             if !spare.is_null() && Sheaf::size(spare) > 0 {
-                c.main.set(spare);
-                c.spare.set(main);
-                main = spare;
-            } else if let Some(full) = self.barn.exchange_empty_for_full(main) {
-                slabs.stat(cpu, StatItem::BarnGet);
-                c.main.set(full);
-                main = full;
+                let old = c.take_main();
+                c.put_main(spare);
+                c.spare.set(old);
             } else {
-                if main.is_null() {
-                    main = self.barn.get_empty(slabs.pages())?;
-                    c.main.set(main);
-                }
-                let cap = self.cap();
-                let slots = core::slice::from_raw_parts_mut(Sheaf::slot(main, 0), cap);
-                let n = tid.alloc_bulk_pinned(slabs, cpu, slots)?;
-                Sheaf::set_size(main, n);
-                slabs.stat(cpu, StatItem::SheafRefill);
-                if n == 0 {
-                    return Err(AllocError::OutOfMemory);
+                let empty = c.take_main();
+                if let Some(full) = self.barn.exchange_empty_for_full(empty) {
+                    slabs.stat(cpu, StatItem::BarnGet);
+                    c.put_main(full);
+                } else {
+                    let main = if empty.is_null() {
+                        self.barn.get_empty(slabs.pages())?
+                    } else {
+                        empty
+                    };
+                    c.put_main(main);
+                    let cap = self.cap();
+                    let slots = core::slice::from_raw_parts_mut(c.slot(0), cap);
+                    let n = tid.alloc_bulk_pinned(slabs, cpu, slots)?;
+                    c.set_size(n);
+                    slabs.stat(cpu, StatItem::SheafRefill);
+                    if n == 0 {
+                        return Err(AllocError::OutOfMemory);
+                    }
                 }
             }
-            let n = Sheaf::size(main).wrapping_sub(1);
+            let n = c.size().wrapping_sub(1);
             if n >= self.cap() {
                 // An empty sheaf where a full one was promised: only the
                 // broken barn variant gets here; refuse rather than read
                 // outside the sheaf.
                 return Err(AllocError::OutOfMemory);
             }
-            Sheaf::set_size(main, n);
-            Ok(*Sheaf::slot(main, n))
+            c.set_size(n);
+            Ok(*c.slot(n))
         }
     }
 
@@ -355,19 +279,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     #[inline(always)]
     unsafe fn sheaf_push(&self, slabs: &Slabs<P, C, D, R>, cpu: usize, p: usize) -> bool {
         let c = self.cpu.get(cpu);
-        // SAFETY: pinned to `cpu`, so the CPU's sheaves are ours; `main` is
-        // a live sheaf with `cap` slots, or the stand-in, whose size fails
-        // the check.
+        // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
+        // `cap` means a main sheaf with room.
         unsafe {
-            let main = c.main.get();
-            let n = Sheaf::size(main);
+            let n = c.size();
             #[cfg(any(kmm_loom, feature = "testing"))]
             slabs
                 .cpus()
                 .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
             if n < self.cap() {
-                *Sheaf::slot(main, n) = p;
-                Sheaf::set_size(main, n + 1);
+                *c.slot(n) = p;
+                c.set_size(n + 1);
                 slabs.stat(cpu, StatItem::FreeFastpath);
                 return true;
             }
@@ -388,14 +310,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         slabs.stat(cpu, StatItem::FreeSlowpath);
         // SAFETY: as in `alloc_slow`.
         unsafe {
-            let mut main = c.main_sheaf();
             let spare = c.spare.get();
-            if main.is_null() {
+            if c.main().is_null() {
                 match self.barn.get_empty(slabs.pages()) {
-                    Ok(s) => {
-                        main = s;
-                        c.main.set(s);
-                    }
+                    Ok(s) => c.put_main(s),
                     // No memory for a sheaf: free straight to the slabs.
                     Err(_) => return tid.free_pinned(slabs, cpu, p),
                 }
@@ -409,20 +327,22 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
                 } else {
                     spare
                 };
-                c.spare.set(main);
-                c.main.set(e);
-                main = e;
-            } else if let Some(e) = self.barn.exchange_full_for_empty(main, slabs.pages()) {
-                slabs.stat(cpu, StatItem::BarnPut);
-                c.main.set(e);
-                main = e;
+                let full = c.replace_main(e);
+                c.spare.set(full);
             } else {
-                self.flush_sheaf(tid, slabs, cpu, main);
-                slabs.stat(cpu, StatItem::SheafFlush);
+                let full = c.take_main();
+                if let Some(e) = self.barn.exchange_full_for_empty(full, slabs.pages()) {
+                    slabs.stat(cpu, StatItem::BarnPut);
+                    c.put_main(e);
+                } else {
+                    self.flush_sheaf(tid, slabs, cpu, full);
+                    slabs.stat(cpu, StatItem::SheafFlush);
+                    c.put_main(full);
+                }
             }
-            let n = Sheaf::size(main);
-            *Sheaf::slot(main, n) = p;
-            Sheaf::set_size(main, n + 1);
+            let n = c.size();
+            *c.slot(n) = p;
+            c.set_size(n + 1);
             Ok(())
         }
     }
@@ -457,12 +377,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     ) {
         let c = self.cpu.get(cpu);
         // SAFETY: the guard (or exclusivity) makes the sheaves ours.
-        let sheaves = unsafe { [c.main_sheaf(), c.spare.get()] };
+        let sheaves = unsafe { [c.take_main(), c.spare.get()] };
         // SAFETY: as above.
-        unsafe {
-            c.set_no_main_sheaf();
-            c.spare.set(null_mut());
-        }
+        unsafe { c.spare.set(null_mut()) };
         for s in sheaves {
             if s.is_null() {
                 continue;

@@ -18,62 +18,49 @@
 
 /// Where a front keeps one LIFO stack of `usize` words per CPU.
 ///
-/// CPU `i`'s current stack is the one the pointer at
-/// `heads + (i << head_shift)` points to. A stack starts with its length (a
-/// `usize`); its slot `j` is the `usize` at `slots + 8 * j` bytes from its
-/// start. A length above `cap` (a stand-in with no slots, say) makes both
-/// steps miss, so a CPU without a stack needs no null pointer.
+/// CPU `i`'s stack is described by two words at
+/// `heads + (i << head_shift)` bytes: a pointer to its slot 0, then its
+/// length (the slots being the `usize`s from slot 0 on). The step reads
+/// one line and then the slot. A length above `cap` (a CPU without a
+/// stack, whose slot pointer may be null) makes both steps miss, so there
+/// is no separate null test.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalStacks {
-    heads: *const *mut usize,
+    heads: *const usize,
     head_shift: u32,
-    slots: usize,
     cap: usize,
 }
 
 impl LocalStacks {
-    /// Describes the stacks: CPU `i`'s head pointer at
-    /// `heads + (i << head_shift)` bytes, slots from byte `slots` of each
-    /// stack, `cap` slots.
+    /// Describes the stacks: CPU `i`'s slot pointer and length at
+    /// `heads + (i << head_shift)` bytes, `cap` slots per stack.
     ///
     /// # Safety
-    /// For every CPU id of the backend this is handed to, the head pointer
-    /// is valid and points to a stack laid out as the type docs say (length
-    /// word, `cap` slots if the length is at most `cap`), both written only
-    /// by [`CpuLocal::pop_local`](super::CpuLocal::pop_local) /
+    /// For every CPU id of the backend this is handed to, the two words are
+    /// valid and, whenever the length is at most `cap`, the slot pointer
+    /// points to `cap` valid slots; all of it written only by
+    /// [`CpuLocal::pop_local`](super::CpuLocal::pop_local) /
     /// [`push_local`](super::CpuLocal::push_local) or under that CPU's
     /// guard, for as long as the description is used.
     #[inline(always)]
-    pub const unsafe fn new(
-        heads: *const *mut usize,
-        head_shift: u32,
-        slots: usize,
-        cap: usize,
-    ) -> Self {
+    pub const unsafe fn new(heads: *const usize, head_shift: u32, cap: usize) -> Self {
         Self {
             heads,
             head_shift,
-            slots,
             cap,
         }
     }
 
-    /// Address of CPU 0's head pointer.
+    /// Address of CPU 0's slot pointer (its length follows).
     #[inline(always)]
-    pub fn heads(&self) -> *const *mut usize {
+    pub fn heads(&self) -> *const usize {
         self.heads
     }
 
-    /// log2 of the distance in bytes between two CPUs' head pointers.
+    /// log2 of the distance in bytes between two CPUs' descriptions.
     #[inline(always)]
     pub fn head_shift(&self) -> u32 {
         self.head_shift
-    }
-
-    /// Byte offset of slot 0 from a stack's start.
-    #[inline(always)]
-    pub fn slots(&self) -> usize {
-        self.slots
     }
 
     /// Slots per stack.
@@ -89,16 +76,16 @@ impl LocalStacks {
     /// the description's contract holds.
     #[inline(always)]
     pub unsafe fn pop_pinned(&self, cpu: usize) -> Option<usize> {
-        // SAFETY: the caller's contract: the head and the stack it points to
-        // are valid and ours; slot `n - 1` is within `cap`.
+        let h = self.head(cpu);
+        // SAFETY: the caller's contract: the two words are valid and ours,
+        // and a length of at most `cap` means `cap` valid slots.
         unsafe {
-            let s = *self.head(cpu);
-            let n = (*s).wrapping_sub(1);
+            let n = (*h.add(1)).wrapping_sub(1);
             if n >= self.cap {
                 return None;
             }
-            *s = n;
-            Some(*self.slot(s, n))
+            *h.add(1) = n;
+            Some(*(*h.cast::<*const usize>()).add(n))
         }
     }
 
@@ -108,36 +95,27 @@ impl LocalStacks {
     /// As [`pop_pinned`](Self::pop_pinned).
     #[inline(always)]
     pub unsafe fn push_pinned(&self, cpu: usize, value: usize) -> bool {
+        let h = self.head(cpu);
         // SAFETY: as in `pop_pinned`; slot `n` is within `cap`.
         unsafe {
-            let s = *self.head(cpu);
-            let n = *s;
+            let n = *h.add(1);
             if n >= self.cap {
                 return false;
             }
-            *self.slot(s, n) = value;
-            *s = n + 1;
+            *(*h.cast::<*mut usize>()).add(n) = value;
+            *h.add(1) = n + 1;
             true
         }
     }
 
-    /// CPU `cpu`'s head pointer.
+    /// CPU `cpu`'s two words.
     #[inline(always)]
-    fn head(&self, cpu: usize) -> *mut *mut usize {
+    fn head(&self, cpu: usize) -> *mut usize {
         self.heads
             .cast::<u8>()
             .wrapping_add(cpu << self.head_shift)
-            .cast::<*mut usize>()
-            .cast_mut()
-    }
-
-    /// Slot `j` of stack `s`.
-    #[inline(always)]
-    fn slot(&self, s: *mut usize, j: usize) -> *mut usize {
-        s.cast::<u8>()
-            .wrapping_add(self.slots)
             .cast::<usize>()
-            .wrapping_add(j)
+            .cast_mut()
     }
 }
 
@@ -164,30 +142,40 @@ pub enum LocalOp {
 mod tests {
     use super::*;
 
-    /// Two CPUs' heads 64 bytes apart; stacks of 3 slots after a two-word
-    /// header (the sheaves' layout).
+    /// One CPU's description, 64 bytes apart.
     #[repr(C, align(64))]
-    struct Head(*mut usize);
+    struct Line {
+        slots: *mut usize,
+        len: usize,
+    }
 
     #[test]
     fn the_pinned_steps_follow_the_described_layout() {
-        let mut a = [0usize; 5];
-        let mut b = [usize::MAX, 0, 0, 0, 0];
-        let heads = [Head(a.as_mut_ptr()), Head(b.as_mut_ptr())];
-        // SAFETY: each head points to a length word, a spare word and 3
-        // slots, alive for the test.
-        let s = unsafe { LocalStacks::new(heads.as_ptr().cast(), 6, 16, 3) };
-        // SAFETY (every step below): the test has the stacks to itself.
+        let mut slots = [0usize; 3];
+        let mut lines = [
+            Line {
+                slots: slots.as_mut_ptr(),
+                len: 0,
+            },
+            Line {
+                slots: core::ptr::null_mut(),
+                len: usize::MAX,
+            },
+        ];
+        // SAFETY: CPU 0 has 3 slots; CPU 1's length is above `cap`.
+        let s = unsafe { LocalStacks::new(lines.as_mut_ptr().cast(), 6, 3) };
+        // SAFETY: every step below: the test has the stacks to itself.
         unsafe {
             assert_eq!(s.pop_pinned(0), None, "empty");
             for v in [7, 8, 9] {
                 assert!(s.push_pinned(0, v));
             }
             assert!(!s.push_pinned(0, 10), "full");
-            assert!(!s.push_pinned(1, 1), "a stand-in takes nothing");
+            assert!(!s.push_pinned(1, 1), "no stack takes nothing");
             assert_eq!(s.pop_pinned(1), None, "nor gives");
             assert_eq!(s.pop_pinned(0), Some(9));
         }
-        assert_eq!(a, [2, 0, 7, 8, 9], "length word, header, slots");
+        assert_eq!(lines[0].len, 2, "the length word");
+        assert_eq!(slots, [7, 8, 9]);
     }
 }

@@ -28,35 +28,40 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     ) -> usize {
         let c = self.cpu.get(cpu);
         let mut n = 0;
-        // SAFETY: under the guard of `cpu` the sheaves are ours; `main` is a
-        // live sheaf whose first `size` slots hold objects, or the stand-in,
-        // whose size (above every capacity) is refused here; sheaves from
-        // the barn are ours.
+        // SAFETY: under the guard of `cpu` the sheaves are ours; a count of
+        // at most `cap` means a main sheaf whose first `size` slots hold
+        // objects (`NO_SHEAF_SIZE`, without one, is refused here); sheaves
+        // from the barn are ours.
         unsafe {
             loop {
-                let main = c.main.get();
-                let size = Sheaf::size(main);
+                let size = c.size();
                 if size <= self.cap() {
                     let k = size.min(out.len() - n);
-                    let from = Sheaf::slot(main, size - k);
+                    let from = c.slot(size - k);
                     core::ptr::copy_nonoverlapping(from, out.as_mut_ptr().add(n), k);
-                    Sheaf::set_size(main, size - k);
+                    c.set_size(size - k);
                     n += k;
                 }
                 if n == out.len() {
                     return n;
                 }
                 // Main is empty (or missing): the spare, else a full sheaf.
-                let main = c.main_sheaf();
                 let spare = c.spare.get();
                 if !spare.is_null() && Sheaf::size(spare) > 0 {
-                    c.main.set(spare);
-                    c.spare.set(main);
-                } else if let Some(full) = self.barn.exchange_empty_for_full(main) {
-                    slabs.stat(cpu, StatItem::BarnGet);
-                    c.main.set(full);
+                    let old = c.take_main();
+                    c.put_main(spare);
+                    c.spare.set(old);
                 } else {
-                    return n;
+                    let empty = c.take_main();
+                    if let Some(full) = self.barn.exchange_empty_for_full(empty) {
+                        slabs.stat(cpu, StatItem::BarnGet);
+                        c.put_main(full);
+                    } else {
+                        if !empty.is_null() {
+                            c.put_main(empty);
+                        }
+                        return n;
+                    }
                 }
             }
         }
@@ -77,20 +82,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     ) -> usize {
         let c = self.cpu.get(cpu);
         let mut n = 0;
-        // SAFETY: as in `take_main`; the stand-in's size leaves no room.
+        // SAFETY: as in `take_main`; `NO_SHEAF_SIZE` leaves no room.
         unsafe {
             loop {
-                let main = c.main.get();
-                let size = Sheaf::size(main);
+                let size = c.size();
                 let room = self.cap().saturating_sub(size);
                 let k = room.min(objs.len() - n);
                 if k > 0 {
-                    core::ptr::copy_nonoverlapping(
-                        objs.as_ptr().add(n),
-                        Sheaf::slot(main, size),
-                        k,
-                    );
-                    Sheaf::set_size(main, size + k);
+                    core::ptr::copy_nonoverlapping(objs.as_ptr().add(n), c.slot(size), k);
+                    c.set_size(size + k);
                     n += k;
                 }
                 if n == objs.len() {
@@ -98,21 +98,24 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
                 }
                 // Main is full (or missing): an empty spare, else swap a
                 // full sheaf for an empty one at the barn.
-                let main = c.main_sheaf();
                 let spare = c.spare.get();
-                if main.is_null() {
+                if c.main().is_null() {
                     match self.barn.get_empty(slabs.pages()) {
-                        Ok(s) => c.main.set(s),
+                        Ok(s) => c.put_main(s),
                         Err(_) => return n,
                     }
                 } else if !spare.is_null() && Sheaf::size(spare) == 0 {
-                    c.spare.set(main);
-                    c.main.set(spare);
-                } else if let Some(e) = self.barn.exchange_full_for_empty(main, slabs.pages()) {
-                    slabs.stat(cpu, StatItem::BarnPut);
-                    c.main.set(e);
+                    let full = c.replace_main(spare);
+                    c.spare.set(full);
                 } else {
-                    return n;
+                    let full = c.take_main();
+                    if let Some(e) = self.barn.exchange_full_for_empty(full, slabs.pages()) {
+                        slabs.stat(cpu, StatItem::BarnPut);
+                        c.put_main(e);
+                    } else {
+                        c.put_main(full);
+                        return n;
+                    }
                 }
             }
         }

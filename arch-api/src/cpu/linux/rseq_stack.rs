@@ -3,8 +3,8 @@
 //! (x86_64, glibc's rseq area; tcmalloc's per-CPU caches work this way).
 //!
 //! One section reads the thread's `cpu_id`, tests that CPU's lock (a guard
-//! holder, local or remote, makes it miss), loads the CPU's stack and its
-//! length, and commits with one store of the new length (a push writes its
+//! holder, local or remote, makes it miss), loads the CPU's slot pointer
+//! and length (one line), and commits with one store of the new length (a push writes its
 //! slot first: above the old length, so an aborted push leaves nothing
 //! behind). Preemption, migration or a signal before the commit restarts
 //! the section. A remote taker of the CPU's lock fences the CPU with
@@ -14,14 +14,14 @@
 //! commit instead of the lock word. Neither step writes the lock, so a
 //! remote taker's read-back is unaffected.
 //!
-//! The sections index both the locks and the stacks' heads by `id << 6`:
-//! heads on other strides get [`LocalOp::Pin`].
+//! The sections index both the locks and the stacks' descriptions by
+//! `id << 6`: descriptions on other strides get [`LocalOp::Pin`].
 
 use super::CpuLock;
 use crate::cpu::{LocalOp, LocalStacks};
 
-/// The distance between two CPUs' heads the sections handle (one cache
-/// line, as the locks).
+/// The distance between two CPUs' descriptions the sections handle (one
+/// cache line, as the locks).
 pub(super) const HEAD_SHIFT: u32 = 6;
 
 /// The pop section. `$window` is extra code between the load of the word
@@ -32,12 +32,13 @@ macro_rules! rseq_pop {
         let s: &LocalStacks = $stacks;
         let id: usize;
         let st: usize;
-        let v: usize;
+        let h: usize;
         // SAFETY: the callers (`pop`, the tests) pass `$locks` pointing to
         // `$nr` 64-byte `CpuLock`s and stacks under `LocalStacks::new`'s
-        // contract with 64-byte heads, and run only after `active()`, so
-        // `__rseq_offset` locates the thread's registered area. The section
-        // writes only a stack's length word and the area's `rseq_cs`.
+        // contract with descriptions 64 bytes apart, and run only after
+        // `active()`, so `__rseq_offset` locates the thread's registered
+        // area. The section writes only a stack's length word and the
+        // area's `rseq_cs`.
         unsafe {
             core::arch::asm!(
                 "2:",
@@ -53,16 +54,16 @@ macro_rules! rseq_pop {
                 "shl {v}, 6",
                 "cmp dword ptr [{locks} + {v}], 0",
                 "jne 4f",
-                "mov {h}, qword ptr [{heads} + {v}]",
-                "mov {n}, qword ptr [{h}]",
+                "add {v}, {heads}",
+                "mov {n}, qword ptr [{v} + 8]",
+                "mov {h}, qword ptr [{v}]",
                 "sub {n}, 1",
                 "cmp {n}, {cap}",
                 "jae 4f",
-                "lea {v}, [{h} + {n} * 8]",
-                "mov {v}, qword ptr [{v} + {slots}]",
+                "mov {h}, qword ptr [{h} + {n} * 8]",
                 $window,
                 "xor {st:e}, {st:e}",
-                "mov qword ptr [{h}], {n}",
+                "mov qword ptr [{v} + 8], {n}",
                 "4:",
                 "jmp 7f",
                 // glibc's RSEQ_SIG as a `ud1` operand, before the handler.
@@ -84,16 +85,15 @@ macro_rules! rseq_pop {
                 nr = in(reg) $nr,
                 heads = in(reg) s.heads(),
                 cap = in(reg) s.cap(),
-                slots = in(reg) s.slots(),
                 id = out(reg) id,
                 st = out(reg) st,
-                v = out(reg) v,
-                h = out(reg) _,
+                v = out(reg) _,
+                h = out(reg) h,
                 n = out(reg) _,
                 options(nostack),
             );
         }
-        (id, st, v)
+        (id, st, h)
     }};
 }
 
@@ -104,8 +104,8 @@ macro_rules! rseq_push {
         let s: &LocalStacks = $stacks;
         let id: usize;
         let st: usize;
-        // SAFETY: as in `rseq_pop!`; the section also writes the slot just
-        // above the stack's length, which no one reads before a commit.
+        // SAFETY: as in `rseq_pop!`; the section also writes the slot at
+        // the stack's length, which no one reads before a commit.
         unsafe {
             core::arch::asm!(
                 "2:",
@@ -121,16 +121,16 @@ macro_rules! rseq_push {
                 "shl {t}, 6",
                 "cmp dword ptr [{locks} + {t}], 0",
                 "jne 4f",
-                "mov {h}, qword ptr [{heads} + {t}]",
-                "mov {n}, qword ptr [{h}]",
+                "add {t}, {heads}",
+                "mov {n}, qword ptr [{t} + 8]",
+                "mov {h}, qword ptr [{t}]",
                 "cmp {n}, {cap}",
                 "jae 4f",
-                "lea {t}, [{h} + {n} * 8]",
-                "mov qword ptr [{t} + {slots}], {val}",
+                "mov qword ptr [{h} + {n} * 8], {val}",
                 "add {n}, 1",
                 $window,
                 "xor {st:e}, {st:e}",
-                "mov qword ptr [{h}], {n}",
+                "mov qword ptr [{t} + 8], {n}",
                 "4:",
                 "jmp 7f",
                 ".byte 0x0f, 0xb9, 0x3d",
@@ -150,7 +150,6 @@ macro_rules! rseq_push {
                 nr = in(reg) $nr,
                 heads = in(reg) s.heads(),
                 cap = in(reg) s.cap(),
-                slots = in(reg) s.slots(),
                 val = in(reg) $value,
                 id = out(reg) id,
                 st = out(reg) st,
@@ -181,7 +180,8 @@ fn classify(id: usize, st: usize, value: usize) -> LocalOp {
 ///
 /// # Safety
 /// `super::rseq::active()` answered `true`; `locks` has at least `nr`
-/// entries; `stacks` is valid for ids below `nr` with heads 64 bytes apart.
+/// entries; `stacks` is valid for ids below `nr`, descriptions 64 bytes
+/// apart.
 #[inline(always)]
 pub(super) unsafe fn pop(locks: &[CpuLock], nr: usize, stacks: &LocalStacks) -> LocalOp {
     debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);

@@ -12,11 +12,15 @@ use std::eprintln;
 use std::vec;
 use std::vec::Vec;
 
-/// One CPU's head pointer, alone on its line (as the sections expect).
+/// One CPU's description (slot pointer, length), alone on its line (as
+/// the sections expect).
 #[repr(C, align(64))]
-struct Head(*mut usize);
+struct Head {
+    slots: *mut usize,
+    len: usize,
+}
 
-/// Per-CPU stacks of `cap` slots, each a length word then the slots.
+/// Per-CPU stacks of `cap` slots.
 struct Stacks {
     heads: Vec<Head>,
     store: Vec<Box<[usize]>>,
@@ -25,29 +29,33 @@ struct Stacks {
 
 impl Stacks {
     fn new(nr: usize, cap: usize) -> Self {
-        let mut store: Vec<Box<[usize]>> = (0..nr).map(|_| vec![0; cap + 1].into()).collect();
-        let heads = store.iter_mut().map(|s| Head(s.as_mut_ptr())).collect();
+        let mut store: Vec<Box<[usize]>> = (0..nr).map(|_| vec![0; cap].into()).collect();
+        let heads = store
+            .iter_mut()
+            .map(|s| Head {
+                slots: s.as_mut_ptr(),
+                len: 0,
+            })
+            .collect();
         Self { heads, store, cap }
     }
 
     fn desc(&self) -> LocalStacks {
-        // SAFETY: every head points to a length word and `cap` slots, kept
-        // alive by `store` while `self` lives.
-        unsafe {
-            LocalStacks::new(
-                self.heads.as_ptr().cast(),
-                HEAD_SHIFT,
-                core::mem::size_of::<usize>(),
-                self.cap,
-            )
-        }
+        // SAFETY: every description points to `cap` slots, kept alive by
+        // `store` while `self` lives.
+        unsafe { LocalStacks::new(self.heads.as_ptr().cast(), HEAD_SHIFT, self.cap) }
     }
 
     /// Every token on every stack (after the threads are gone).
     fn tokens(&self) -> Vec<usize> {
-        self.store
+        self.heads
             .iter()
-            .flat_map(|s| s[1..=s[0]].iter().copied())
+            .flat_map(|h| {
+                (0..h.len).map(move |i| {
+                    // SAFETY: the first `len` slots of a stack hold tokens.
+                    unsafe { *h.slots.add(i) }
+                })
+            })
             .collect()
     }
 }
@@ -113,8 +121,15 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
         }
     }
     assert_eq!(armed_descriptor(), 0, "a section left its descriptor armed");
+    let on = |cpu: usize| {
+        let h = &st.heads[cpu];
+        // SAFETY: the first `len` slots hold what was pushed.
+        (0..h.len)
+            .map(|i| unsafe { *h.slots.add(i) })
+            .collect::<Vec<_>>()
+    };
     for &(cpu, v) in &pushed {
-        assert!(st.store[cpu][1..=st.store[cpu][0]].contains(&v));
+        assert!(on(cpu).contains(&v));
     }
     // Every lock held: both steps miss, and change nothing.
     for k in &l {
@@ -144,14 +159,10 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
     assert_eq!(popped, [1, 2, 3]);
     assert_eq!(armed_descriptor(), 0);
     // Full stacks and a stand-in (length above `cap`) make a push miss.
-    let (full, stand_in) = (Stacks::new(nr, 2), Stacks::new(nr, 2));
-    for (f, i) in full.heads.iter().zip(&stand_in.heads) {
-        // SAFETY: each head points to its stack's length word; no one else
-        // uses these stacks.
-        unsafe {
-            *f.0 = 2;
-            *i.0 = usize::MAX;
-        }
+    let (mut full, mut stand_in) = (Stacks::new(nr, 2), Stacks::new(nr, 2));
+    for (f, i) in full.heads.iter_mut().zip(&mut stand_in.heads) {
+        f.len = 2;
+        i.len = usize::MAX;
     }
     assert_eq!(push_at(&l, nr, &full.desc(), 7), LocalOp::Miss);
     assert_eq!(push_at(&l, nr, &stand_in.desc(), 7), LocalOp::Miss);
@@ -167,15 +178,13 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
     const TOKENS: usize = 200;
     let nr = possible_cpus();
     let (l, st) = (locks(nr), Stacks::new(nr, 2 * TOKENS));
-    {
-        let s0 = st.heads[0].0;
-        for t in 1..=TOKENS {
-            // SAFETY: CPU 0's stack has room for the tokens; no thread runs yet.
-            unsafe { *s0.add(t) = t };
+    let mut st = st;
+    st.store[0].iter_mut().enumerate().for_each(|(i, t)| {
+        if i < TOKENS {
+            *t = i + 1;
         }
-        // SAFETY: as above.
-        unsafe { *s0 = TOKENS };
-    }
+    });
+    st.heads[0].len = TOKENS;
     let (l, done, remote_taken) = (&l, AtomicBool::new(false), AtomicU64::new(0));
     let (done, remote_taken, st) = (&done, &remote_taken, &st);
     // A thread holding a token pushes it back: a push misses while a lock

@@ -21,6 +21,7 @@
 use arch_api::{FrameError, FrameSource, PhysAddr, PhysMap};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
 
 use crate::platform::YieldLock;
 use lock_api::RawMutex as _;
@@ -51,10 +52,9 @@ const HUGE_MAGIC: usize = 0x6b6d_6d5f_6875_6765;
 
 /// The region, its table and its free lists.
 pub struct Region {
-    base: AtomicUsize,
-    /// Bytes reserved at `base` (set with it).
-    bytes: AtomicUsize,
-    table: AtomicUsize,
+    /// Read by every `free` (the table lookup), set once: on lines of its
+    /// own, away from the lock and counters the page paths write.
+    map: CachePadded<Map>,
     lock: YieldLock,
     /// Under `lock`: bump pointer (offset) and free-list heads (a freed
     /// block's first word links the next).
@@ -68,6 +68,14 @@ pub struct Region {
     huge: core::cell::UnsafeCell<[(usize, usize); HUGE_SLOTS]>,
 }
 
+/// Where the region and its table are (set once by `init`).
+struct Map {
+    base: AtomicUsize,
+    /// Bytes reserved at `base` (set with it).
+    bytes: AtomicUsize,
+    table: AtomicUsize,
+}
+
 // SAFETY: the cells are only touched under `lock`; the rest is atomic.
 unsafe impl Sync for Region {}
 
@@ -75,9 +83,11 @@ impl Region {
     /// An unset region (`init` maps it).
     pub const fn new() -> Self {
         Self {
-            base: AtomicUsize::new(0),
-            bytes: AtomicUsize::new(0),
-            table: AtomicUsize::new(0),
+            map: CachePadded::new(Map {
+                base: AtomicUsize::new(0),
+                bytes: AtomicUsize::new(0),
+                table: AtomicUsize::new(0),
+            }),
             lock: YieldLock::INIT,
             bump: core::cell::UnsafeCell::new(0),
             lists: core::cell::UnsafeCell::new([0; MAX_LIST_PAGES + 1]),
@@ -88,7 +98,9 @@ impl Region {
     }
 
     /// Reserves the region and its table; false if the kernel refused.
-    pub fn init(&self) -> bool {
+    /// With `thp` the region asks for transparent huge pages (the table,
+    /// touched sparsely, keeps small ones).
+    pub fn init(&self, thp: bool) -> bool {
         let mut bytes = REGION_BYTES_MAX;
         let region = loop {
             let r = map(bytes);
@@ -101,9 +113,15 @@ impl Region {
         if region.is_null() || table.is_null() {
             return false;
         }
-        self.table.store(table as usize, Ordering::Relaxed);
-        self.bytes.store(bytes, Ordering::Relaxed);
-        self.base.store(region as usize, Ordering::Release);
+        if thp {
+            // Advice only: a kernel without THP (or with it off) refuses,
+            // and the region keeps 4 KiB pages.
+            // SAFETY: our fresh mapping; advice changes no contents.
+            unsafe { libc::madvise(region.cast(), bytes, libc::MADV_HUGEPAGE) };
+        }
+        self.map.table.store(table as usize, Ordering::Relaxed);
+        self.map.bytes.store(bytes, Ordering::Relaxed);
+        self.map.base.store(region as usize, Ordering::Release);
         true
     }
 
@@ -120,11 +138,11 @@ impl Region {
     /// The table entry of the page holding `p`, or `None` outside the region.
     #[inline(always)]
     pub fn entry(&self, p: usize) -> Option<&AtomicU32> {
-        let off = p.wrapping_sub(self.base.load(Ordering::Relaxed));
-        if off >= self.bytes.load(Ordering::Relaxed) {
+        let off = p.wrapping_sub(self.map.base.load(Ordering::Relaxed));
+        if off >= self.map.bytes.load(Ordering::Relaxed) {
             return None;
         }
-        let t = self.table.load(Ordering::Relaxed) as *const AtomicU32;
+        let t = self.map.table.load(Ordering::Relaxed) as *const AtomicU32;
         // SAFETY: the table has one entry per region page and `off` is in
         // the region; it lives (mapped) as long as the process.
         Some(unsafe { &*t.add(off / PAGE) })
@@ -146,7 +164,7 @@ impl Region {
     /// the region is full.
     pub fn alloc_block(&self, bytes: usize, align: usize) -> *mut u8 {
         let pages = bytes / PAGE;
-        let base = self.base.load(Ordering::Acquire);
+        let base = self.map.base.load(Ordering::Acquire);
         if base == 0 || pages == 0 {
             return null_mut();
         }
@@ -175,7 +193,7 @@ impl Region {
                 PAGE
             });
             let at = (base + *bump).next_multiple_of(a);
-            if at + bytes <= base + self.bytes.load(Ordering::Relaxed) {
+            if at + bytes <= base + self.map.bytes.load(Ordering::Relaxed) {
                 *bump = at + bytes - base;
                 got = at;
             }

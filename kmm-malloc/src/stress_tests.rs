@@ -27,7 +27,7 @@ fn confine_to_two_cpus() {
 fn stress(flags: CacheFlags, threads: usize, ops: usize) -> (u64, u64) {
     confine_to_two_cpus();
     let region: &'static Region = Box::leak(Box::new(Region::new()));
-    assert!(region.init());
+    assert!(region.init(false));
     let mut c: KmemCache<Preload> =
         KmemCache::new("stress", 64, 8, flags, region, LinuxCpus::new()).unwrap();
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();

@@ -10,6 +10,7 @@ use crate::error::AllocError;
 use crate::page_source::{PageSource, SlabPages};
 use arch_api::sync::{Mutex, RawMutex};
 use core::ptr::{NonNull, null_mut};
+use crossbeam_utils::CachePadded;
 
 /// A sheaf: `size` object pointers followed by room for `capacity`.
 #[repr(C)]
@@ -108,7 +109,8 @@ unsafe impl Send for BarnInner {}
 
 /// The per-node barn, with the sheaf geometry of its cache.
 pub(crate) struct Barn<R: RawMutex> {
-    inner: Mutex<R, BarnInner>,
+    /// Written on every exchange: away from `cap`, which fast paths read.
+    inner: CachePadded<Mutex<R, BarnInner>>,
     /// Object pointers per sheaf (at least 1).
     cap: usize,
     max_full: usize,
@@ -157,14 +159,14 @@ impl<R: RawMutex> Barn<R> {
     /// most `max_full` full and `max_empty` empty sheaves.
     pub(crate) fn new(cap: usize, max_full: usize, max_empty: usize) -> Self {
         Self {
-            inner: Mutex::new(BarnInner {
+            inner: CachePadded::new(Mutex::new(BarnInner {
                 full: null_mut(),
                 nr_full: 0,
                 empty: null_mut(),
                 nr_empty: 0,
                 chunks: null_mut(),
                 pages: null_mut(),
-            }),
+            })),
             cap: cap.max(1),
             max_full,
             max_empty,

@@ -21,6 +21,7 @@ use crate::tid::{FastFree, TidFront};
 use arch_api::Platform;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
 
 mod bulk;
 mod deferred;
@@ -149,9 +150,11 @@ pub struct KmemCache<K: Platform> {
     nr_cpus: usize,
     /// Objects whose `free_nolock` found the node lock held: a lock-free
     /// stack (0: empty) drained by the next slow path (`nolock.rs`).
-    nolock_deferred: AtomicUsize,
+    nolock_deferred: CachePadded<AtomicUsize>,
     /// `free_deferred`'s per-CPU batches and pending list (`deferred.rs`).
-    deferred: Deferred<K::Lock>,
+    /// These two are written by their (rare) paths: on lines of their own,
+    /// as the node and the barn are, away from what the fast paths read.
+    deferred: CachePadded<Deferred<K::Lock>>,
 }
 
 // SAFETY: all shared state is behind atomics, DW-CAS cells, the node lock,
@@ -296,8 +299,8 @@ impl<K: Platform> KmemCache<K> {
             flags,
             name,
             nr_cpus,
-            nolock_deferred: AtomicUsize::new(0),
-            deferred: Deferred::new(nr_cpus),
+            nolock_deferred: CachePadded::new(AtomicUsize::new(0)),
+            deferred: CachePadded::new(Deferred::new(nr_cpus)),
         })
     }
 

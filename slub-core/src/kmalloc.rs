@@ -11,6 +11,7 @@ use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
 
 mod buckets;
 mod deferred;
@@ -52,7 +53,8 @@ const NAMES: [&str; NR_KMALLOC_CLASSES] = [
 pub struct Kmalloc<K: Platform> {
     caches: [KmemCache<K>; NR_KMALLOC_CLASSES],
     pages: PlatformMem<K>,
-    large_bytes: AtomicUsize,
+    /// Written by every large allocation and free: on lines of its own.
+    large_bytes: CachePadded<AtomicUsize>,
     /// Large blocks given to `free_deferred`, waiting for their grace
     /// period (`deferred.rs`).
     large_deferred: large_list::LargeList<deferred::LargeRecord>,
@@ -133,7 +135,7 @@ where
         Ok(Self {
             caches,
             pages: PlatformMem(mem),
-            large_bytes: AtomicUsize::new(0),
+            large_bytes: CachePadded::new(AtomicUsize::new(0)),
             large_deferred: large_list::LargeList::new(),
         })
     }

@@ -26,6 +26,7 @@ use arch_api::sync::RawMutex;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
 use partial::Node;
 
 /// splitmix64: mixes seeds into secrets.
@@ -62,13 +63,15 @@ pub(crate) struct Slabs<P, C, D, R: RawMutex> {
     codec: Codec,
     cpus: C,
     pages: P,
-    node: Node<R>,
+    /// Written by every slow path that takes the lock: on lines of its own,
+    /// away from the read-mostly fields every fast path reads.
+    node: CachePadded<Node<R>>,
     min_partial: usize,
     cpu_partial: usize,
     random_freelist: bool,
     new_slab_hook: Option<crate::cache::NewSlabHook>,
     /// Slabs obtained from the page source and not yet returned.
-    nr_slabs: AtomicUsize,
+    nr_slabs: CachePadded<AtomicUsize>,
     rng: AtomicU64,
     /// `SLAB_MAGIC ^ secret`, in every slab header of this cache.
     magic: u64,
@@ -108,12 +111,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
             codec,
             cpus,
             pages,
-            node: Node::new(),
+            node: CachePadded::new(Node::new()),
             min_partial: config.min_partial,
             cpu_partial: config.cpu_partial,
             random_freelist: config.random_freelist,
             new_slab_hook: config.new_slab,
-            nr_slabs: AtomicUsize::new(0),
+            nr_slabs: CachePadded::new(AtomicUsize::new(0)),
             rng: AtomicU64::new(mix(config.seed ^ 0x5eed)),
             #[cfg(feature = "stats")]
             stats,

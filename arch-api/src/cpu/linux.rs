@@ -50,6 +50,7 @@
 use super::CpuLocal;
 use core::sync::atomic::{AtomicU32, Ordering};
 
+#[macro_use]
 mod rseq;
 mod rseq_stack;
 use crate::cpu::{LocalOp, LocalStacks};

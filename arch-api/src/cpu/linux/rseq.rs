@@ -120,6 +120,48 @@ pub(super) enum Local {
     NoCpu,
 }
 
+/// An rseq critical section around `$body`: the code from the section's
+/// start to its commit, whose last instruction is the commit (one store).
+/// The body jumps to `4f` to leave without committing; the section ends
+/// at `4:`. `$ops` are the operands, which must include `off` (the rseq
+/// area's offset) and a scratch `tmp`.
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+macro_rules! rseq_section {
+    ([$($body:literal),* $(,)?], $($ops:tt)*) => {
+        core::arch::asm!(
+            // Arm the section (again after an abort: the kernel clears
+            // `rseq_cs` when it restarts one).
+            "2:",
+            "lea {tmp}, [rip + 5f]",
+            "mov qword ptr fs:[{off} + 8], {tmp}",
+            "3:",
+            $($body,)*
+            "4:",
+            "jmp 7f",
+            // The signature glibc registered (RSEQ_SIG on x86_64), as the
+            // operand of a `ud1`, right before the abort handler.
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long 0x53053053",
+            "8:",
+            "jmp 2b",
+            "7:",
+            // Disarm: the descriptor lives in this object's image, which
+            // may be unmapped later (a `dlclose`d library); the ABI asks
+            // user space to clear the pointer before that.
+            "mov qword ptr fs:[{off} + 8], 0",
+            // `struct rseq_cs`: version, flags, start_ip,
+            // post_commit_offset, abort_ip.
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "5:",
+            ".long 0, 0",
+            ".quad 3b, 4b - 3b, 8b",
+            ".popsection",
+            $($ops)*
+        )
+    };
+}
+
 /// The rseq section: test the caller's CPU's lock and commit `LOCAL`.
 /// `$window` is extra code between the test and the commit (empty except
 /// in the unit tests, which widen the window to show the fence matters).
@@ -134,47 +176,22 @@ macro_rules! rseq_try_lock {
         // area. The section writes only `locks[id].0` and the area's
         // `rseq_cs` word, which the ABI gives to the thread.
         unsafe {
-            core::arch::asm!(
-                // Arm the section (again after an abort: the kernel clears
-                // `rseq_cs` when it restarts one).
-                "2:",
-                "lea {tmp}, [rip + 5f]",
-                "mov qword ptr fs:[{off} + 8], {tmp}",
-                "3:",
-                "mov {id:e}, dword ptr fs:[{off} + 4]",
-                "xor {busy:e}, {busy:e}",
-                "cmp {id}, {nr}",
-                "jae 4f",
-                "mov {tmp}, {id}",
-                "shl {tmp}, 6",
-                "add {tmp}, {locks}",
-                "cmp dword ptr [{tmp}], 0",
-                "jne 6f",
-                $window,
-                "mov dword ptr [{tmp}], 1",
-                "4:",
-                "jmp 7f",
-                // The signature glibc registered (RSEQ_SIG on x86_64), as
-                // the operand of a `ud1`, right before the abort handler.
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "8:",
-                "jmp 2b",
-                "6:",
-                "mov {busy:e}, 1",
-                "7:",
-                // Disarm: the descriptor lives in this object's image, which
-                // may be unmapped later (a `dlclose`d library); the ABI asks
-                // user space to clear the pointer before that.
-                "mov qword ptr fs:[{off} + 8], 0",
-                // `struct rseq_cs`: version, flags, start_ip,
-                // post_commit_offset, abort_ip.
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "5:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 8b",
-                ".popsection",
+            rseq_section!(
+                [
+                    "mov {id:e}, dword ptr fs:[{off} + 4]",
+                    "xor {busy:e}, {busy:e}",
+                    "cmp {id}, {nr}",
+                    "jae 4f",
+                    "mov {busy:e}, 1",
+                    "mov {tmp}, {id}",
+                    "shl {tmp}, 6",
+                    "add {tmp}, {locks}",
+                    "cmp dword ptr [{tmp}], 0",
+                    "jne 4f",
+                    $window,
+                    "xor {busy:e}, {busy:e}",
+                    "mov dword ptr [{tmp}], 1",
+                ],
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,

@@ -32,7 +32,7 @@ macro_rules! rseq_pop {
         let s: &LocalStacks = $stacks;
         let id: usize;
         let st: usize;
-        let h: usize;
+        let v: usize;
         // SAFETY: the callers (`pop`, the tests) pass `$locks` pointing to
         // `$nr` 64-byte `CpuLock`s and stacks under `LocalStacks::new`'s
         // contract with descriptions 64 bytes apart, and run only after
@@ -40,46 +40,28 @@ macro_rules! rseq_pop {
         // area. The section writes only a stack's length word and the
         // area's `rseq_cs`.
         unsafe {
-            core::arch::asm!(
-                "2:",
-                "lea {v}, [rip + 5f]",
-                "mov qword ptr fs:[{off} + 8], {v}",
-                "3:",
-                "mov {st:e}, 2",
-                "mov {id:e}, dword ptr fs:[{off} + 4]",
-                "cmp {id}, {nr}",
-                "jae 4f",
-                "mov {st:e}, 1",
-                "mov {v}, {id}",
-                "shl {v}, 6",
-                "cmp dword ptr [{locks} + {v}], 0",
-                "jne 4f",
-                "add {v}, {heads}",
-                "mov {n}, qword ptr [{v} + 8]",
-                "mov {h}, qword ptr [{v}]",
-                "sub {n}, 1",
-                "cmp {n}, {cap}",
-                "jae 4f",
-                "mov {h}, qword ptr [{h} + {n} * 8]",
-                $window,
-                "xor {st:e}, {st:e}",
-                "mov qword ptr [{v} + 8], {n}",
-                "4:",
-                "jmp 7f",
-                // glibc's RSEQ_SIG as a `ud1` operand, before the handler.
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "8:",
-                "jmp 2b",
-                "7:",
-                // Disarm (see `rseq_try_lock!`).
-                "mov qword ptr fs:[{off} + 8], 0",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "5:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 8b",
-                ".popsection",
+            rseq_section!(
+                [
+                    "mov {st:e}, 2",
+                    "mov {id:e}, dword ptr fs:[{off} + 4]",
+                    "cmp {id}, {nr}",
+                    "jae 4f",
+                    "mov {st:e}, 1",
+                    "mov {tmp}, {id}",
+                    "shl {tmp}, 6",
+                    "cmp dword ptr [{locks} + {tmp}], 0",
+                    "jne 4f",
+                    "add {tmp}, {heads}",
+                    "mov {n}, qword ptr [{tmp} + 8]",
+                    "mov {v}, qword ptr [{tmp}]",
+                    "sub {n}, 1",
+                    "cmp {n}, {cap}",
+                    "jae 4f",
+                    "mov {v}, qword ptr [{v} + {n} * 8]",
+                    $window,
+                    "xor {st:e}, {st:e}",
+                    "mov qword ptr [{tmp} + 8], {n}",
+                ],
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,
@@ -87,13 +69,13 @@ macro_rules! rseq_pop {
                 cap = in(reg) s.cap(),
                 id = out(reg) id,
                 st = out(reg) st,
-                v = out(reg) _,
-                h = out(reg) h,
+                v = out(reg) v,
+                tmp = out(reg) _,
                 n = out(reg) _,
                 options(nostack),
             );
         }
-        (id, st, h)
+        (id, st, v)
     }};
 }
 
@@ -107,44 +89,28 @@ macro_rules! rseq_push {
         // SAFETY: as in `rseq_pop!`; the section also writes the slot at
         // the stack's length, which no one reads before a commit.
         unsafe {
-            core::arch::asm!(
-                "2:",
-                "lea {t}, [rip + 5f]",
-                "mov qword ptr fs:[{off} + 8], {t}",
-                "3:",
-                "mov {st:e}, 2",
-                "mov {id:e}, dword ptr fs:[{off} + 4]",
-                "cmp {id}, {nr}",
-                "jae 4f",
-                "mov {st:e}, 1",
-                "mov {t}, {id}",
-                "shl {t}, 6",
-                "cmp dword ptr [{locks} + {t}], 0",
-                "jne 4f",
-                "add {t}, {heads}",
-                "mov {n}, qword ptr [{t} + 8]",
-                "mov {h}, qword ptr [{t}]",
-                "cmp {n}, {cap}",
-                "jae 4f",
-                "mov qword ptr [{h} + {n} * 8], {val}",
-                "add {n}, 1",
-                $window,
-                "xor {st:e}, {st:e}",
-                "mov qword ptr [{t} + 8], {n}",
-                "4:",
-                "jmp 7f",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "8:",
-                "jmp 2b",
-                "7:",
-                "mov qword ptr fs:[{off} + 8], 0",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "5:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 8b",
-                ".popsection",
+            rseq_section!(
+                [
+                    "mov {st:e}, 2",
+                    "mov {id:e}, dword ptr fs:[{off} + 4]",
+                    "cmp {id}, {nr}",
+                    "jae 4f",
+                    "mov {st:e}, 1",
+                    "mov {tmp}, {id}",
+                    "shl {tmp}, 6",
+                    "cmp dword ptr [{locks} + {tmp}], 0",
+                    "jne 4f",
+                    "add {tmp}, {heads}",
+                    "mov {n}, qword ptr [{tmp} + 8]",
+                    "mov {h}, qword ptr [{tmp}]",
+                    "cmp {n}, {cap}",
+                    "jae 4f",
+                    "mov qword ptr [{h} + {n} * 8], {val}",
+                    "add {n}, 1",
+                    $window,
+                    "xor {st:e}, {st:e}",
+                    "mov qword ptr [{tmp} + 8], {n}",
+                ],
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,
@@ -153,7 +119,7 @@ macro_rules! rseq_push {
                 val = in(reg) $value,
                 id = out(reg) id,
                 st = out(reg) st,
-                t = out(reg) _,
+                tmp = out(reg) _,
                 h = out(reg) _,
                 n = out(reg) _,
                 options(nostack),

@@ -1,6 +1,9 @@
 //! The sheaves front (Linux 7.0's replacement for the tid fast path): per-CPU
 //! arrays ("sheaves") of object pointers, a main and a spare, pushed and
-//! popped under the CpuLocal guard with no atomic instruction. Full and empty
+//! popped with no atomic instruction: under the CpuLocal guard, or in one
+//! guard-free step where the backend has one (`CpuLocal::pop_local`, an
+//! rseq section on Linux), the main sheaf's slots and count being in the
+//! CPU's line (`sheaves/line.rs`). Full and empty
 //! sheaves are exchanged with the node's barn (`barn.rs`) under its lock; a
 //! CPU whose sheaves are both empty (full) and that finds nothing in the barn
 //! refills (flushes) its main sheaf in bulk from (to) the slabs, through the
@@ -25,7 +28,7 @@ mod line;
 mod nolock;
 
 /// log2 of a CPU's line: the backend's guard-free step finds CPU `i`'s
-/// `main` at `i << LINE_SHIFT` bytes from CPU 0's.
+/// slot pointer and count at `i << LINE_SHIFT` bytes from CPU 0's.
 const LINE_SHIFT: u32 = core::mem::size_of::<CpuSheaves>().trailing_zeros();
 const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
 

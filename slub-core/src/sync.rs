@@ -5,8 +5,8 @@ use core::cell::UnsafeCell;
 
 /// A raw pointer in an `UnsafeCell`: a list link or per-CPU pointer whose
 /// protection (node lock, CpuLocal guard) is documented where it is used.
-/// Transparent: a CPU's `main` sheaf pointer is read by the backend's
-/// guard-free step as a plain pointer (`sheaves.rs`).
+/// Transparent: a CPU's slot pointer in its sheaves line is read by the
+/// backend's guard-free step as a plain pointer (`sheaves/line.rs`).
 #[repr(transparent)]
 pub(crate) struct UnsafeCellPtr<T>(UnsafeCell<*mut T>);
 

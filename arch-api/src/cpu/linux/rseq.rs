@@ -30,6 +30,8 @@
 //! uses the compare-exchange and no fence is needed.
 
 use super::CpuLock;
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+use core::sync::atomic::AtomicU64;
 use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// Lock values: free, taken by a thread on that CPU (rseq commit); any
@@ -127,7 +129,7 @@ pub(super) enum Local {
 /// area's offset) and a scratch `tmp`.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_section {
-    ([$($body:literal),* $(,)?], $($ops:tt)*) => {
+    ([$($body:expr),* $(,)?], $($ops:tt)*) => {
         core::arch::asm!(
             // Arm the section (again after an abort: the kernel clears
             // `rseq_cs` when it restarts one).
@@ -246,7 +248,7 @@ pub(super) fn try_remote(lock: &CpuLock, id: usize) -> bool {
 
 /// `fenced = false` is the unit tests' broken variant.
 #[inline]
-pub(super) fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
+fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
     if lock.0.load(Ordering::Relaxed) != FREE {
         return false;
     }
@@ -308,6 +310,38 @@ pub(super) fn armed_descriptor() -> u64 {
     unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };
     // SAFETY: `active()`: glibc's registered area is at this offset.
     unsafe { ((tp as isize + super::__rseq_offset + 8) as *const u64).read_volatile() }
+}
+
+/// The sections' tests' remote taker: takes random CPUs' locks of
+/// `locks` (with the fence, or the broken variant without) until `taken`
+/// reaches `takes` or after a million tries; `held(id)` runs with CPU
+/// `id`'s lock held and releases it.
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+pub(super) fn remote_taker(
+    seed: u64,
+    locks: &[CpuLock],
+    fenced: bool,
+    taken: &AtomicU64,
+    takes: u64,
+    mut held: impl FnMut(usize),
+) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
+    for tries in 0..1_000_000u32 {
+        if taken.load(Ordering::Relaxed) >= takes {
+            break;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let id = (x as usize) % locks.len();
+        if try_remote_fenced(&locks[id], id, fenced) {
+            taken.fetch_add(1, Ordering::Relaxed);
+            held(id);
+        } else if tries % 256 == 255 {
+            // A local holder preempted on this CPU: let it run and release.
+            std::thread::yield_now();
+        }
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]

@@ -24,6 +24,28 @@ use crate::cpu::{LocalOp, LocalStacks};
 /// cache line, as the locks).
 pub(super) const HEAD_SHIFT: u32 = 6;
 
+/// The sections' common start: the caller's CPU id in `id` (status 2 and
+/// out if it is at or above `nr`), that CPU's lock tested (status 1 and
+/// out if held), `tmp` at its stack's description and `n` its length.
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+macro_rules! rseq_stack_line {
+    () => {
+        concat!(
+            "mov {st:e}, 2\n",
+            "mov {id:e}, dword ptr fs:[{off} + 4]\n",
+            "cmp {id}, {nr}\n",
+            "jae 4f\n",
+            "mov {st:e}, 1\n",
+            "mov {tmp}, {id}\n",
+            "shl {tmp}, 6\n",
+            "cmp dword ptr [{locks} + {tmp}], 0\n",
+            "jne 4f\n",
+            "add {tmp}, {heads}\n",
+            "mov {n}, qword ptr [{tmp} + 8]",
+        )
+    };
+}
+
 /// The pop section. `$window` is extra code between the load of the word
 /// and the commit (empty except in the unit tests, which widen it).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
@@ -42,17 +64,7 @@ macro_rules! rseq_pop {
         unsafe {
             rseq_section!(
                 [
-                    "mov {st:e}, 2",
-                    "mov {id:e}, dword ptr fs:[{off} + 4]",
-                    "cmp {id}, {nr}",
-                    "jae 4f",
-                    "mov {st:e}, 1",
-                    "mov {tmp}, {id}",
-                    "shl {tmp}, 6",
-                    "cmp dword ptr [{locks} + {tmp}], 0",
-                    "jne 4f",
-                    "add {tmp}, {heads}",
-                    "mov {n}, qword ptr [{tmp} + 8]",
+                    rseq_stack_line!(),
                     "mov {v}, qword ptr [{tmp}]",
                     "sub {n}, 1",
                     "cmp {n}, {cap}",
@@ -91,17 +103,7 @@ macro_rules! rseq_push {
         unsafe {
             rseq_section!(
                 [
-                    "mov {st:e}, 2",
-                    "mov {id:e}, dword ptr fs:[{off} + 4]",
-                    "cmp {id}, {nr}",
-                    "jae 4f",
-                    "mov {st:e}, 1",
-                    "mov {tmp}, {id}",
-                    "shl {tmp}, 6",
-                    "cmp dword ptr [{locks} + {tmp}], 0",
-                    "jne 4f",
-                    "add {tmp}, {heads}",
-                    "mov {n}, qword ptr [{tmp} + 8]",
+                    rseq_stack_line!(),
                     "mov {h}, qword ptr [{tmp}]",
                     "cmp {n}, {cap}",
                     "jae 4f",

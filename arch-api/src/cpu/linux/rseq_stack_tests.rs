@@ -215,28 +215,15 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
             .map(|t| {
                 s.spawn(move || {
                     let d = &st.desc();
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
-                    for tries in 0..1_000_000u32 {
-                        if remote_taken.load(Ordering::Relaxed) >= takes {
-                            break;
+                    rseq::remote_taker(t, l, fenced, remote_taken, takes, |id| {
+                        // SAFETY: we hold CPU `id`'s lock.
+                        let got = unsafe { d.pop_pinned(id) };
+                        // SAFETY: taken by `remote_taker`.
+                        unsafe { l[id].unlock() };
+                        if let Some(v) = got {
+                            give_back(d, v);
                         }
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let id = (x as usize) % nr;
-                        if rseq::try_remote_fenced(&l[id], id, fenced) {
-                            remote_taken.fetch_add(1, Ordering::Relaxed);
-                            // SAFETY: we hold CPU `id`'s lock.
-                            let got = unsafe { d.pop_pinned(id) };
-                            // SAFETY: taken above.
-                            unsafe { l[id].unlock() };
-                            if let Some(v) = got {
-                                give_back(d, v);
-                            }
-                        } else if tries % 256 == 255 {
-                            std::thread::yield_now();
-                        }
-                    }
+                    })
                 })
             })
             .collect();

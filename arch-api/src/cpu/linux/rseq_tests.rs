@@ -77,24 +77,9 @@ fn hammer(fenced: bool, takes: u64) -> (u64, u64) {
             .map(|t| {
                 let (a, remote_taken) = (&a, &remote_taken);
                 s.spawn(move || {
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
-                    for tries in 0..1_000_000u32 {
-                        if remote_taken.load(Ordering::Relaxed) >= takes {
-                            break;
-                        }
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let id = (x as usize) % nr;
-                        if try_remote_fenced(&a.locks[id], id, fenced) {
-                            remote_taken.fetch_add(1, Ordering::Relaxed);
-                            a.enter_exit(id, 100 + t as usize);
-                        } else if tries % 256 == 255 {
-                            // A local holder preempted on this CPU: let it
-                            // run and release.
-                            std::thread::yield_now();
-                        }
-                    }
+                    remote_taker(t, &a.locks, fenced, remote_taken, takes, |id| {
+                        a.enter_exit(id, 100 + t as usize)
+                    })
                 })
             })
             .collect();

@@ -21,7 +21,7 @@
 //! * `KMM_THP=1` asks for transparent huge pages for the region
 //!   (`MADV_HUGEPAGE`, as mimalloc does for its arenas): a fresh 2 MiB of
 //!   slabs costs one page fault instead of 512. Off by default: on
-//!   malloc-bench it moved time by -20 % to +8 % and raised peak RSS by up
+//!   malloc-bench it moved time by -22 % to +10 % and raised peak RSS by up
 //!   to 2x (BENCHMARKS.md).
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the

@@ -68,6 +68,14 @@ pub struct CacheConfig {
     /// Called for every new slab of the cache (none by default): see
     /// [`NewSlabHook`].
     pub new_slab: Option<NewSlabHook>,
+    /// Count `alloc_fastpath` and `free_fastpath` under feature `stats`
+    /// (default: yes; the other counters are always counted). Each count
+    /// is a load and a store of a per-CPU counter on every fast-path hit: a
+    /// second chain of dependent memory operations beside the front's own,
+    /// which a tight `malloc`/`free` loop pays for (BENCHMARKS.md, session
+    /// 13: glibc-simple 17 % faster without). Linux counts them only under
+    /// `CONFIG_SLUB_STATS`.
+    pub fast_path_stats: bool,
 }
 
 /// What an embedder learns of each new slab: its first byte, its size in
@@ -126,6 +134,7 @@ impl Default for CacheConfig {
             barn_max_empty: 20,
             seed: 0,
             new_slab: None,
+            fast_path_stats: true,
         }
     }
 }
@@ -277,6 +286,7 @@ impl<K: Platform> KmemCache<K> {
                 random_freelist: flags.contains(CacheFlags::RANDOM_FREELIST),
                 seed,
                 new_slab: config.new_slab,
+                fast_path_stats: config.fast_path_stats,
             },
         );
         let slabs = match slabs {

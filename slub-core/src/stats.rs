@@ -3,7 +3,9 @@
 //!
 //! Counters are per CPU and bumped with a relaxed load + store (no atomic
 //! read-modify-write on the fast path); with the migrating backend two tasks
-//! on one slot can lose an increment, so treat them as statistics. They are
+//! on one slot can lose an increment, so treat them as statistics. The two
+//! fast-path counters can be left out per cache
+//! ([`CacheConfig::fast_path_stats`](crate::CacheConfig::fast_path_stats)). They are
 //! read with [`KmemCache::stats`](crate::KmemCache::stats) and the dump with
 //! [`KmemCache::slabinfo`](crate::KmemCache::slabinfo).
 
@@ -104,6 +106,17 @@ impl CpuStats {
         for (sum, c) in counts.iter_mut().zip(&self.0) {
             *sum += c.load(core::sync::atomic::Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(feature = "stats")]
+impl StatItem {
+    /// `alloc_fastpath` or `free_fastpath`: counted only when the cache's
+    /// [`CacheConfig::fast_path_stats`](crate::CacheConfig::fast_path_stats)
+    /// says so.
+    #[inline(always)]
+    pub(crate) const fn is_fast_path(self) -> bool {
+        matches!(self, StatItem::AllocFastpath | StatItem::FreeFastpath)
     }
 }
 

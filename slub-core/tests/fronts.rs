@@ -111,6 +111,53 @@ fn sheaves_front_randomised_on_ia64_sim() {
     exercise::<Cmp8xchg16>(CacheFlags::SHEAVES | CacheFlags::RANDOM_FREELIST);
 }
 
+/// `fast_path_stats: false` leaves the two per-hit counters at 0 on both
+/// fronts while every other counter still counts; the default counts them.
+#[cfg(feature = "stats")]
+#[test]
+fn fast_path_counters_can_be_left_out() {
+    use slub_core::StatItem::*;
+    for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
+        for counted in [false, true] {
+            let a = PhysArena::new(arena_bytes(16 << 20), 4096).unwrap();
+            let pages = ArenaPages::new(&a);
+            let mut c: KmemCache<HostedPlatform<&ArenaPages, ThreadCpus>> = KmemCache::with_config(
+                "fast-stats",
+                64,
+                8,
+                flags,
+                &pages,
+                ThreadCpus,
+                CacheConfig {
+                    sheaf_capacity: 4,
+                    fast_path_stats: counted,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for _ in 0..scale(50) {
+                let v: Vec<_> = (0..20).map(|_| c.alloc().unwrap()).collect();
+                for p in v {
+                    // SAFETY: allocated above, freed once.
+                    unsafe { c.free(p) }.unwrap();
+                }
+            }
+            let st = c.stats();
+            let fast = st.get(AllocFastpath) + st.get(FreeFastpath);
+            if counted {
+                assert!(fast > 0, "{flags:?}: the default counts the hits");
+            } else {
+                assert_eq!(fast, 0, "{flags:?}: hits counted although left out");
+            }
+            assert!(
+                st.get(AllocSlab) > 0 && st.get(AllocSlowpath) > 0,
+                "{flags:?}"
+            );
+            c.destroy().unwrap();
+        }
+    }
+}
+
 #[test]
 fn sheaves_barn_moves_objects_between_cpus() {
     let a = PhysArena::new(arena_bytes(64 << 20), 4096).unwrap();

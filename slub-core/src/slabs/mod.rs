@@ -54,6 +54,8 @@ pub(crate) struct SlabsConfig {
     pub(crate) seed: u64,
     /// The embedder's hook on new slabs.
     pub(crate) new_slab: Option<crate::cache::NewSlabHook>,
+    /// `CacheConfig::fast_path_stats`.
+    pub(crate) fast_path_stats: bool,
 }
 
 /// A cache's slabs: geometry, freelist encoding, page source, CPUs, the node
@@ -77,6 +79,9 @@ pub(crate) struct Slabs<P, C, D, R: RawMutex> {
     magic: u64,
     #[cfg(feature = "stats")]
     stats: crate::percpu::PerCpu<crate::stats::CpuStats>,
+    /// Whether `stat` counts the fast-path items.
+    #[cfg(feature = "stats")]
+    fast_path_stats: bool,
     _cas: PhantomData<D>,
 }
 
@@ -120,6 +125,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
             rng: AtomicU64::new(mix(config.seed ^ 0x5eed)),
             #[cfg(feature = "stats")]
             stats,
+            #[cfg(feature = "stats")]
+            fast_path_stats: config.fast_path_stats,
             _cas: PhantomData,
         })
     }
@@ -159,11 +166,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         self.nr_slabs.load(Ordering::Acquire)
     }
 
-    /// Bumps counter `item` of CPU `cpu` (nothing without `stats`).
+    /// Bumps counter `item` of CPU `cpu` (nothing without `stats`, nor for
+    /// a fast-path item when the cache does not count those).
     #[inline(always)]
     pub(crate) fn stat(&self, cpu: usize, item: StatItem) {
         #[cfg(feature = "stats")]
-        self.stats.get(cpu).inc(item);
+        if self.fast_path_stats || !item.is_fast_path() {
+            self.stats.get(cpu).inc(item);
+        }
         #[cfg(not(feature = "stats"))]
         let _ = (cpu, item);
     }

@@ -20,11 +20,13 @@
 //!   frees a thousand blocks in a row then exchanges sheaves instead of
 //!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
 //!   the objects per sheaf and the full sheaves per barn.
-//! * `KMM_THP=1` asks for transparent huge pages for the region
-//!   (`MADV_HUGEPAGE`, as mimalloc does for its arenas): a fresh 2 MiB of
-//!   slabs costs one page fault instead of 512. Off by default: on
-//!   malloc-bench it moved time by -22 % to +10 % and raised peak RSS by up
-//!   to 2x (BENCHMARKS.md).
+//! * The region asks for transparent huge pages (`MADV_HUGEPAGE`, as
+//!   mimalloc does for its arenas; the kernel's THP setting must allow
+//!   `madvise`): a fresh 2 MiB of slabs costs one page fault instead of
+//!   512, and TLB misses go with it. `KMM_THP=0` keeps 4 KiB pages. On
+//!   malloc-bench huge pages took sh6bench from 1.47x to 0.80x of
+//!   mimalloc's time, with peak RSS 0.6-1.1x of mimalloc's instead of
+//!   0.4-0.8x (BENCHMARKS.md, session 13).
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are
@@ -131,7 +133,7 @@ fn init() -> Option<&'static Kmalloc<Preload>> {
     } else {
         CacheFlags::empty()
     };
-    let thp = env_is(c"KMM_THP", b"1");
+    let thp = !env_is(c"KMM_THP", b"0");
     let made = REGION
         .init(thp)
         .then(|| Kmalloc::with_config(&REGION, LinuxCpus::with_locks(&LOCKS), flags, config).ok())

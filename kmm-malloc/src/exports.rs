@@ -59,7 +59,7 @@ fn alloc_large(size: usize, align: usize) -> *mut u8 {
     };
     let align = align.max(PAGE);
     if bytes <= REGION_MAX {
-        let p = REGION.alloc_block(bytes, align);
+        let p = REGION.alloc_block(bytes, align, region::Kind::Large);
         if !p.is_null() {
             if let Some(e) = REGION.entry(p as usize) {
                 e.store(LARGE | (bytes / PAGE) as u32, Ordering::Relaxed);

@@ -50,15 +50,32 @@ pub const LARGE: u32 = 1 << 31;
 /// Header magic of a block mapped outside the region.
 const HUGE_MAGIC: usize = 0x6b6d_6d5f_6875_6765;
 
+/// What a block is for: it decides which half of the region a fresh block
+/// comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// slub-core's pages (slabs, per-CPU arrays, sheaves): the lower half,
+    /// where `init(thp)` asks for transparent huge pages. Slabs are filled
+    /// densely, so a huge page is used in full.
+    Slabs = 0,
+    /// `malloc`'s blocks above 16 KiB: the upper half, with 4 KiB pages.
+    /// A program often touches only the start of such a block, and a huge
+    /// page would be zeroed in full for it (BENCHMARKS.md, session 13:
+    /// glibc-thread at 2 threads spent 40 % of its time in `clear_page`).
+    Large = 1,
+}
+
 /// The region, its table and its free lists.
 pub struct Region {
     /// Read by every `free` (the table lookup), set once: on lines of its
     /// own, away from the lock and counters the page paths write.
     map: CachePadded<Map>,
     lock: YieldLock,
-    /// Under `lock`: bump pointer (offset) and free-list heads (a freed
-    /// block's first word links the next).
-    bump: core::cell::UnsafeCell<usize>,
+    /// Under `lock`: the bump pointers of the two halves (offsets;
+    /// [`Kind::Slabs`] from 0, [`Kind::Large`] from half the region) and
+    /// the free-list heads (a freed block's first word links the next;
+    /// either kind reuses either half's blocks).
+    bump: core::cell::UnsafeCell<[usize; 2]>,
     lists: core::cell::UnsafeCell<[usize; MAX_LIST_PAGES + 1]>,
     /// Bytes handed out (slab pages, arrays, sheaves, large blocks).
     in_use: AtomicUsize,
@@ -89,7 +106,7 @@ impl Region {
                 table: AtomicUsize::new(0),
             }),
             lock: YieldLock::INIT,
-            bump: core::cell::UnsafeCell::new(0),
+            bump: core::cell::UnsafeCell::new([0; 2]),
             lists: core::cell::UnsafeCell::new([0; MAX_LIST_PAGES + 1]),
             in_use: AtomicUsize::new(0),
             cached: AtomicUsize::new(0),
@@ -98,8 +115,9 @@ impl Region {
     }
 
     /// Reserves the region and its table; false if the kernel refused.
-    /// With `thp` the region asks for transparent huge pages (the table,
-    /// touched sparsely, keeps small ones).
+    /// With `thp` the slabs' half ([`Kind::Slabs`]) asks for transparent
+    /// huge pages (the large blocks' half and the table, touched sparsely,
+    /// keep small ones).
     pub fn init(&self, thp: bool) -> bool {
         let mut bytes = REGION_BYTES_MAX;
         let region = loop {
@@ -115,10 +133,12 @@ impl Region {
         }
         if thp {
             // Advice only: a kernel without THP (or with it off) refuses,
-            // and the region keeps 4 KiB pages.
+            // and the region keeps 4 KiB pages. The slabs' half only.
             // SAFETY: our fresh mapping; advice changes no contents.
-            unsafe { libc::madvise(region.cast(), bytes, libc::MADV_HUGEPAGE) };
+            unsafe { libc::madvise(region.cast(), bytes / 2, libc::MADV_HUGEPAGE) };
         }
+        // SAFETY: not shared yet (`base` is published below).
+        unsafe { (*self.bump.get())[1] = bytes / 2 };
         self.map.table.store(table as usize, Ordering::Relaxed);
         self.map.bytes.store(bytes, Ordering::Relaxed);
         self.map.base.store(region as usize, Ordering::Release);
@@ -160,9 +180,10 @@ impl Region {
     }
 
     /// `bytes` (a multiple of [`PAGE`]) aligned to `align` (a power of two,
-    /// at least [`PAGE`]), from a free list or the bump pointer; null when
-    /// the region is full.
-    pub fn alloc_block(&self, bytes: usize, align: usize) -> *mut u8 {
+    /// at least [`PAGE`]), from a free list or the bump pointer of `kind`'s
+    /// half (the other half's once that one is full); null when the region
+    /// is full.
+    pub fn alloc_block(&self, bytes: usize, align: usize, kind: Kind) -> *mut u8 {
         let pages = bytes / PAGE;
         let base = self.map.base.load(Ordering::Acquire);
         if base == 0 || pages == 0 {
@@ -192,10 +213,16 @@ impl Region {
             } else {
                 PAGE
             });
-            let at = (base + *bump).next_multiple_of(a);
-            if at + bytes <= base + self.map.bytes.load(Ordering::Relaxed) {
-                *bump = at + bytes - base;
-                got = at;
+            let limit = self.map.bytes.load(Ordering::Relaxed);
+            let ends = [limit / 2, limit];
+            let first = kind as usize;
+            for half in [first, 1 - first] {
+                let at = (base + bump[half]).next_multiple_of(a);
+                if at + bytes <= base + ends[half] {
+                    bump[half] = at + bytes - base;
+                    got = at;
+                    break;
+                }
             }
         }
         // SAFETY: we hold it.
@@ -424,7 +451,7 @@ impl FrameSource for Region {
         if size == 0 || size % PAGE != 0 || !align.is_power_of_two() {
             return Err(FrameError::BadLayout);
         }
-        let p = self.alloc_block(size, align.max(PAGE));
+        let p = self.alloc_block(size, align.max(PAGE), Kind::Slabs);
         if p.is_null() {
             Err(FrameError::OutOfFrames)
         } else {

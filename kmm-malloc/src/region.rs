@@ -480,3 +480,58 @@ impl PhysMap for Region {
 // until freed (the free lists and the bump pointer are under the lock), and
 // the direct map is the identity; nothing here allocates through `malloc`.
 unsafe impl slub_core::PageSource for Region {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::boxed::Box;
+
+    fn region() -> &'static Region {
+        let r: &'static Region = Box::leak(Box::new(Region::new()));
+        assert!(r.init(false));
+        r
+    }
+
+    /// Each kind bumps in its own half; a full half falls back on the other
+    /// and a full region answers null. Fresh bump blocks are not touched,
+    /// so the reserved gigabytes cost nothing here.
+    #[test]
+    fn each_kind_has_its_half_and_borrows_the_other_when_full() {
+        let r = region();
+        let (base, bytes) = (
+            r.map.base.load(Ordering::Relaxed),
+            r.map.bytes.load(Ordering::Relaxed),
+        );
+        let half = base + bytes / 2;
+        let s = r.alloc_block(PAGE, PAGE, Kind::Slabs) as usize;
+        let l = r.alloc_block(PAGE, PAGE, Kind::Large) as usize;
+        assert!(s >= base && s < half, "slab page {s:#x} below {half:#x}");
+        assert!(l >= half && l < base + bytes, "large block {l:#x} above");
+        // Fill the large half with blocks past the free lists' sizes.
+        let big = 256 << 20;
+        let mut n = 0;
+        loop {
+            let p = r.alloc_block(big, PAGE, Kind::Large) as usize;
+            assert!(p != 0, "the region ran out before the large half did");
+            n += 1;
+            if p < half {
+                break;
+            }
+            assert!(n <= bytes / big, "never left the large half");
+        }
+        // Now the slabs' half serves both, until it is full too.
+        while !r.alloc_block(big, PAGE, Kind::Slabs).is_null() {}
+        assert!(r.alloc_block(big, PAGE, Kind::Large).is_null());
+    }
+
+    /// A freed block is reused by either kind (shared free lists).
+    #[test]
+    fn freed_blocks_are_shared_between_kinds() {
+        let r = region();
+        let l = r.alloc_block(4 * PAGE, PAGE, Kind::Large);
+        assert!(!l.is_null());
+        // SAFETY: the block we just got, unused.
+        unsafe { r.free_block(l, 4 * PAGE) };
+        assert_eq!(r.alloc_block(4 * PAGE, PAGE, Kind::Slabs), l);
+    }
+}

@@ -20,13 +20,16 @@
 //!   frees a thousand blocks in a row then exchanges sheaves instead of
 //!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
 //!   the objects per sheaf and the full sheaves per barn.
-//! * The region asks for transparent huge pages (`MADV_HUGEPAGE`, as
-//!   mimalloc does for its arenas; the kernel's THP setting must allow
-//!   `madvise`): a fresh 2 MiB of slabs costs one page fault instead of
-//!   512, and TLB misses go with it. `KMM_THP=0` keeps 4 KiB pages. On
-//!   malloc-bench huge pages took sh6bench from 1.47x to 0.80x of
-//!   mimalloc's time, with peak RSS 0.6-1.1x of mimalloc's instead of
-//!   0.4-0.8x (BENCHMARKS.md, session 13).
+//! * The slabs' half of the region asks for transparent huge pages
+//!   (`MADV_HUGEPAGE`, as mimalloc does for its arenas; the kernel's THP
+//!   setting must allow `madvise`): a fresh 2 MiB of slabs costs one page
+//!   fault instead of 512, and TLB misses go with it. Blocks above 16 KiB
+//!   come from the other half, with 4 KiB pages (a program may touch only
+//!   their start). `KMM_THP=0` keeps 4 KiB pages everywhere. On
+//!   malloc-bench huge pages took sh6bench from 1.41x to 0.79x of
+//!   mimalloc's time (15 of 18 rows within 1.25x instead of 11), with
+//!   peak RSS 0.61-1.08x of mimalloc's instead of 0.42-0.84x
+//!   (BENCHMARKS.md, session 13).
 //! * No thread-locals and no allocation inside: callable before TLS exists
 //!   and during thread exit. Calls made while the first call is setting the
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are

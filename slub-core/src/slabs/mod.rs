@@ -54,7 +54,8 @@ pub(crate) struct SlabsConfig {
     pub(crate) seed: u64,
     /// The embedder's hook on new slabs.
     pub(crate) new_slab: Option<crate::cache::NewSlabHook>,
-    /// `CacheConfig::fast_path_stats`.
+    /// `CacheConfig::fast_path_stats` (read under `stats` only).
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) fast_path_stats: bool,
 }
 

@@ -132,6 +132,7 @@ pub fn flush_while_adding() {
                 barn_max_empty: 4,
                 seed: 1,
                 new_slab: None,
+                fast_path_stats: true,
             },
         )
         .unwrap();

@@ -109,6 +109,7 @@ pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFla
             barn_max_empty: 4,
             seed: 1,
             new_slab: None,
+            fast_path_stats: true,
         },
     )
     .unwrap()

@@ -14,7 +14,7 @@
 //!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
 //!   line and counters to stderr at exit (and only then counts the fast
 //!   paths' hits, `alloc_fastpath` / `free_fastpath`: a per-CPU store on
-//!   every hit that costs up to 17 % of a tight loop's time).
+//!   every hit that cost glibc-simple 14 % of its time).
 //! * The caches keep Linux's tunables except the sheaves front's barn,
 //!   which may hold up to 1 MiB of full sheaves per cache (a program that
 //!   frees a thousand blocks in a row then exchanges sheaves instead of

@@ -61,7 +61,7 @@ pub enum Kind {
     /// `malloc`'s blocks above 16 KiB: the upper half, with 4 KiB pages.
     /// A program often touches only the start of such a block, and a huge
     /// page would be zeroed in full for it (BENCHMARKS.md, session 13:
-    /// glibc-thread at 2 threads spent 40 % of its time in `clear_page`).
+    /// glibc-thread at 2 threads spent 40 % of its samples in `clear_page`).
     Large = 1,
 }
 

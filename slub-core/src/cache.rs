@@ -73,7 +73,7 @@ pub struct CacheConfig {
     /// is a load and a store of a per-CPU counter on every fast-path hit: a
     /// second chain of dependent memory operations beside the front's own,
     /// which a tight `malloc`/`free` loop pays for (BENCHMARKS.md, session
-    /// 13: glibc-simple 17 % faster without). Linux counts them only under
+    /// 13: glibc-simple 14 % faster without). Linux counts them only under
     /// `CONFIG_SLUB_STATS`.
     pub fast_path_stats: bool,
 }

@@ -10,12 +10,18 @@
 //!   real CPUs ([`arch_api::LinuxCpus`]: the tid front with the SMP DW-CAS,
 //!   or the sheaves front behind per-CPU try-locks); 16 KiB to 1 MiB are
 //!   page blocks of the region (`region.rs`), above that plain `mmap`s.
+//!   A page block freed on a CPU is kept for that CPU's next request of
+//!   the same size (`cpu_blocks.rs`, up to 1 MiB per CPU), so threads on
+//!   different CPUs do not meet at the region's lock: glibc-thread at 16
+//!   threads on 16 CPUs went from 728 ms to 59 ms (BENCHMARKS.md,
+//!   session 14).
 //! * `KMM_SLUB_FRONT=tid|sheaves` picks the front (default `sheaves`, the
 //!   faster here on most workloads: BENCHMARKS.md); `KMM_SLUB_STATS=1` prints each cache's slabinfo
 //!   line and counters to stderr at exit (and only then counts the fast
 //!   paths' hits, `alloc_fastpath` / `free_fastpath`: a per-CPU store on
 //!   every hit that cost glibc-simple 14 % of its time).
-//! * The caches keep Linux's tunables except the sheaves front's barn,
+//! * The caches keep Linux's tunables (sheaves sized by object size, as
+//!   Linux sizes them since 2026, but 32 KiB of objects from 1 KiB up) except the sheaves front's barn,
 //!   which may hold up to 1 MiB of full sheaves per cache (a program that
 //!   frees a thousand blocks in a row then exchanges sheaves instead of
 //!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
@@ -35,8 +41,9 @@
 //!   caches up (the same thread re-entering, e.g. from `pthread_atfork`) are
 //!   served from a static bootstrap arena. `fork` is handled with
 //!   `pthread_atfork`: the per-CPU locks, every lock inside the caches
-//!   ([`Kmalloc::lock_for_fork`]) and the region's lock are taken around
-//!   it, in that order, so the child finds them all free.
+//!   ([`Kmalloc::lock_for_fork`]) and the region's locks (each CPU's
+//!   block cache, then the region's own) are taken around it, in that
+//!   order, so the child finds them all free.
 //! * A free that slub-core refuses (double free detected, foreign or
 //!   misaligned pointer, a corrupted freelist) aborts with a message naming
 //!   the pointer and the reason.
@@ -45,6 +52,7 @@
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
 mod boot;
+mod cpu_blocks;
 mod exports;
 mod platform;
 mod region;
@@ -163,15 +171,38 @@ const BARN_BYTES: usize = 1 << 20;
 /// Full sheaves per barn at most, however small the objects.
 const BARN_MAX_FULL: usize = 64;
 
-/// The tunables of the cache of `size`-byte objects: Linux's defaults, but
-/// the barn holds up to [`BARN_BYTES`] of full sheaves (never fewer sheaves
+/// Objects of 1 KiB and more: a sheaf holds at most this many bytes of
+/// them (see [`sheaf_capacity`]).
+const SHEAF_BYTES: usize = 32 << 10;
+
+/// Objects per sheaf for `size`-byte objects: Linux's capacity by size
+/// ([`slub_core::sheaf_capacity_for`]) below 1 KiB (62 slots for small
+/// objects, 30 from 256 bytes); from 1 KiB, [`SHEAF_BYTES`] of objects,
+/// between Linux's (14, then 6 from a page) and the uniform 32.
+///
+/// Measured on a 16-CPU machine (BENCHMARKS.md, session 14): the uniform
+/// 32 kept 1.7-2x mimalloc's peak RSS on mstress (two sheaves of 4 KiB
+/// objects per CPU are 256 KiB); Linux's 14 slots for kmalloc-1k made
+/// sh6bench at 16 threads 1.85x slower (half its blocks are 513-1006
+/// bytes, and every 14th `malloc` went to the one barn lock).
+fn sheaf_capacity(size: usize) -> usize {
+    let linux = slub_core::sheaf_capacity_for(size);
+    if size < 1024 {
+        return linux;
+    }
+    (SHEAF_BYTES / size).clamp(linux, CacheConfig::default().sheaf_capacity)
+}
+
+/// The tunables of the cache of `size`-byte objects: Linux's defaults
+/// (the sheaf capacity by object size, [`sheaf_capacity`]), but the barn
+/// holds up to [`BARN_BYTES`] of full sheaves (never fewer sheaves
 /// than Linux's 10, never more than [`BARN_MAX_FULL`]).
 /// `KMM_SLUB_SHEAF` (objects per sheaf) and `KMM_SLUB_BARN` (full sheaves)
 /// override, for experiments.
 fn config(size: usize) -> CacheConfig {
     let d = CacheConfig::default();
     let sheaf = env_num(c"KMM_SLUB_SHEAF")
-        .unwrap_or(d.sheaf_capacity)
+        .unwrap_or(sheaf_capacity(size))
         .max(1);
     let barn = (BARN_BYTES / (size * sheaf)).clamp(d.barn_max_full, BARN_MAX_FULL);
     CacheConfig {

@@ -23,6 +23,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
+use crate::cpu_blocks::CpuBlocks;
 use crate::platform::YieldLock;
 use lock_api::RawMutex as _;
 
@@ -77,9 +78,11 @@ pub struct Region {
     /// either kind reuses either half's blocks).
     bump: core::cell::UnsafeCell<[usize; 2]>,
     lists: core::cell::UnsafeCell<[usize; MAX_LIST_PAGES + 1]>,
-    /// Bytes handed out (slab pages, arrays, sheaves, large blocks).
-    in_use: AtomicUsize,
-    /// Bytes on free lists still resident (not yet `madvise`d away).
+    /// Freed blocks kept per CPU in front of `lock`, and the bytes handed
+    /// out (slab pages, arrays, sheaves, large blocks), counted per CPU.
+    cpu: CpuBlocks,
+    /// Bytes on the region's free lists still resident (not yet
+    /// `madvise`d away); the CPUs' caches count their own.
     cached: AtomicUsize,
     /// Under `lock`: freed `mmap`ed blocks, (mapping, length), 0 = empty.
     huge: core::cell::UnsafeCell<[(usize, usize); HUGE_SLOTS]>,
@@ -108,7 +111,7 @@ impl Region {
             lock: YieldLock::INIT,
             bump: core::cell::UnsafeCell::new([0; 2]),
             lists: core::cell::UnsafeCell::new([0; MAX_LIST_PAGES + 1]),
-            in_use: AtomicUsize::new(0),
+            cpu: CpuBlocks::new(),
             cached: AtomicUsize::new(0),
             huge: core::cell::UnsafeCell::new([(0, 0); HUGE_SLOTS]),
         }
@@ -147,12 +150,12 @@ impl Region {
 
     /// Bytes handed out now.
     pub fn in_use(&self) -> usize {
-        self.in_use.load(Ordering::Relaxed)
+        self.cpu.in_use()
     }
 
-    /// Bytes of freed blocks still resident.
+    /// Bytes of freed blocks still resident (the CPUs' caches included).
     pub fn cached(&self) -> usize {
-        self.cached.load(Ordering::Relaxed)
+        self.cached.load(Ordering::Relaxed) + self.cpu.cached()
     }
 
     /// The table entry of the page holding `p`, or `None` outside the region.
@@ -188,6 +191,10 @@ impl Region {
         let base = self.map.base.load(Ordering::Acquire);
         if base == 0 || pages == 0 {
             return null_mut();
+        }
+        if let Some(b) = self.cpu.take(pages, align) {
+            self.cpu.count(bytes as isize);
+            return b as *mut u8;
         }
         self.lock.lock();
         // SAFETY: under the lock.
@@ -228,7 +235,7 @@ impl Region {
         // SAFETY: we hold it.
         unsafe { self.lock.unlock() };
         if got != 0 {
-            self.in_use.fetch_add(bytes, Ordering::Relaxed);
+            self.cpu.count(bytes as isize);
         }
         got as *mut u8
     }
@@ -239,7 +246,11 @@ impl Region {
     /// `p` and `bytes` are those of a live block, no longer used.
     pub unsafe fn free_block(&self, p: *mut u8, bytes: usize) {
         let pages = bytes / PAGE;
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        self.cpu.count(-(bytes as isize));
+        // SAFETY: the caller's block, resident (it was in use), unused.
+        if unsafe { self.cpu.keep(p as usize, pages) } {
+            return;
+        }
         let keep = pages <= MAX_LIST_PAGES
             && self.cached.load(Ordering::Relaxed) + bytes <= RESIDENT_BUDGET;
         if !keep {
@@ -310,6 +321,19 @@ impl Region {
     /// them, as zero pages; kept `mmap`ed blocks are unmapped). Returns the
     /// bytes given back.
     pub fn trim(&self) -> usize {
+        // The CPUs' blocks go to the region's lists first (resident, so
+        // counted in `cached` and given back below).
+        let moved = self.cpu.drain(|b, pages| {
+            self.lock.lock();
+            // SAFETY: under the lock; a free block whose link word is ours.
+            unsafe {
+                let lists = &mut *self.lists.get();
+                *(b as *mut usize) = lists[pages];
+                lists[pages] = b;
+                self.lock.unlock();
+            }
+        });
+        self.cached.fetch_add(moved, Ordering::Relaxed);
         self.lock.lock();
         // SAFETY: under the lock.
         let (lists, slots) = unsafe { (&*self.lists.get(), &mut *self.huge.get()) };
@@ -342,6 +366,7 @@ impl Region {
 
     /// Takes the lock (`fork`'s prepare handler).
     pub fn lock_for_fork(&self) {
+        self.cpu.lock_all();
         self.lock.lock();
     }
 
@@ -350,8 +375,11 @@ impl Region {
     /// # Safety
     /// After [`lock_for_fork`](Self::lock_for_fork).
     pub unsafe fn unlock_after_fork(&self) {
-        // SAFETY: the caller's contract.
-        unsafe { self.lock.unlock() };
+        // SAFETY: the caller's contract (both were taken).
+        unsafe {
+            self.lock.unlock();
+            self.cpu.unlock_all();
+        }
     }
 }
 
@@ -485,6 +513,7 @@ unsafe impl slub_core::PageSource for Region {}
 mod tests {
     use super::*;
     use std::boxed::Box;
+    use std::vec::Vec;
 
     fn region() -> &'static Region {
         let r: &'static Region = Box::leak(Box::new(Region::new()));
@@ -527,11 +556,34 @@ mod tests {
     /// A freed block is reused by either kind (shared free lists).
     #[test]
     fn freed_blocks_are_shared_between_kinds() {
+        crate::cpu_blocks::pin_here();
         let r = region();
         let l = r.alloc_block(4 * PAGE, PAGE, Kind::Large);
         assert!(!l.is_null());
         // SAFETY: the block we just got, unused.
         unsafe { r.free_block(l, 4 * PAGE) };
         assert_eq!(r.alloc_block(4 * PAGE, PAGE, Kind::Slabs), l);
+    }
+
+    /// Blocks kept by a CPU count as cached and in use no more; `trim`
+    /// hands them to the region's lists and gives their memory back, and
+    /// they are reused from there.
+    #[test]
+    fn trim_drains_the_cpu_caches() {
+        crate::cpu_blocks::pin_here();
+        let r = region();
+        let blocks: Vec<_> = (0..4)
+            .map(|_| r.alloc_block(2 * PAGE, PAGE, Kind::Large))
+            .collect();
+        assert_eq!(r.in_use(), 8 * PAGE);
+        for &b in &blocks {
+            // SAFETY: ours, unused.
+            unsafe { r.free_block(b, 2 * PAGE) };
+        }
+        assert_eq!((r.in_use(), r.cached()), (0, 8 * PAGE));
+        assert_eq!(r.trim(), 8 * PAGE);
+        assert_eq!(r.cached(), 0);
+        let again = r.alloc_block(2 * PAGE, PAGE, Kind::Slabs);
+        assert!(blocks.contains(&again), "a trimmed block is reused");
     }
 }

@@ -20,6 +20,34 @@ pub(crate) struct Sheaf {
     // `capacity` usize slots follow.
 }
 
+/// Linux's sheaf capacity for a cache of `object_size`-byte objects (since
+/// "slab: add sheaves to most caches", 2026): the objects a CPU's partial
+/// slabs would hold (`slub_set_cpu_partial`: 120 objects below 256 bytes,
+/// 52 below 1 KiB, 24 below a page, 6 from a page up), halved because a CPU
+/// holds two sheaves, then rounded up to fill the sheaf's allocation
+/// (Linux: its kmalloc bucket; here: its 64-byte chunk).
+///
+/// Large objects get small sheaves: with one capacity for every size
+/// (32), the sheaves and barns of a 16-CPU machine held 1.7x mimalloc's
+/// peak RSS on mstress (BENCHMARKS.md, session 14).
+///
+/// ```
+/// use slub_core::sheaf_capacity_for;
+/// assert_eq!(sheaf_capacity_for(64), 62);
+/// assert_eq!(sheaf_capacity_for(4096), 6);
+/// ```
+pub fn sheaf_capacity_for(object_size: usize) -> usize {
+    let partial_objects = match object_size {
+        s if s >= 4096 => 6,
+        s if s >= 1024 => 24,
+        s if s >= 256 => 52,
+        _ => 120,
+    };
+    let hdr = core::mem::size_of::<Sheaf>();
+    let bytes = (hdr + partial_objects / 2 * 8).next_multiple_of(64);
+    (bytes - hdr) / 8
+}
+
 /// A sheaf's fill count: plain memory (only its CPU touches it, under the
 /// guard). Under loom it is a relaxed loom atomic so the model checker can
 /// interleave at its reads and writes (a plain load/store, no RMW).
@@ -179,6 +207,7 @@ impl<R: RawMutex> Barn<R> {
         self.cap
     }
 
+    /// The sheaf's chunk: its header and slots, in whole cache lines.
     fn sheaf_bytes(&self) -> usize {
         (core::mem::size_of::<Sheaf>() + self.cap * 8).next_multiple_of(64)
     }
@@ -354,6 +383,33 @@ impl<R: RawMutex> Barn<R> {
                 pages.free_pages(NonNull::new_unchecked(p.cast()), page);
                 p = next;
             }
+        }
+    }
+}
+
+#[cfg(all(test, not(kmm_loom)))]
+mod tests {
+    use super::*;
+
+    /// Every step of Linux's table, each capacity at least half its
+    /// partial objects and filling its chunk exactly.
+    #[test]
+    fn sheaf_capacity_follows_linux_steps() {
+        let hdr = core::mem::size_of::<Sheaf>();
+        for (size, objects, want) in [
+            (8, 120, 62),
+            (255, 120, 62),
+            (256, 52, 30),
+            (1023, 52, 30),
+            (1024, 24, 14),
+            (4095, 24, 14),
+            (4096, 6, 6),
+            (1 << 20, 6, 6),
+        ] {
+            let c = sheaf_capacity_for(size);
+            assert_eq!(c, want, "object size {size}");
+            assert!(c >= objects / 2);
+            assert_eq!((hdr + c * 8) % 64, 0, "chunk not filled at {size}");
         }
     }
 }

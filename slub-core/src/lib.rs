@@ -151,6 +151,7 @@ mod tid;
 pub mod loom_mutation;
 
 pub use arch_api::CpuLocal;
+pub use barn::sheaf_capacity_for;
 pub use cache::{CacheConfig, CacheFlags, KmemCache, NewSlabHook, Prefilled};
 pub use deferred::{GracePeriod, MAX_LARGE_PENDING, MAX_PENDING};
 pub use error::{AllocError, CacheError, DestroyError, FreeError};

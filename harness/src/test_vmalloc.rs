@@ -136,6 +136,20 @@ fn touch<N: VmapNodes<Lazy = NodeLazy>>(v: &V<'_, N>, a: VirtAddr) -> Result<(),
     v.write_byte(a, 0)
 }
 
+/// Areas a case holds: freed when dropped, so a case that fails half way
+/// (out of frames when many threads run at once) leaves nothing behind
+/// for the leak check or for the cases after it. A slot set to 0 is
+/// already freed.
+struct Live<'v, 'm, N: VmapNodes<Lazy = NodeLazy>>(&'v V<'m, N>, Vec<VirtAddr>);
+
+impl<N: VmapNodes<Lazy = NodeLazy>> Drop for Live<'_, '_, N> {
+    fn drop(&mut self) {
+        for a in self.1.drain(..).filter(|a| a.as_u64() != 0) {
+            let _ = self.0.vfree(a);
+        }
+    }
+}
+
 /// One case on the calling thread's CPU; `Err` on an unexpected failure.
 fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
     v: &V<'_, N>,
@@ -154,29 +168,30 @@ fn run_case<N: VmapNodes<Lazy = NodeLazy>>(
             // Junk/ptr pairs; free the junk to leave 1-page holes, then fill
             // the holes and free everything.
             let n = loops.min(10_000);
-            let mut ptr = Vec::new();
-            let mut junk = Vec::new();
+            let mut ptr = Live(v, Vec::new());
+            let mut junk = Live(v, Vec::new());
             for _ in 0..n {
-                ptr.push(v.vmalloc_aligned(PAGE, PAGE)?);
-                junk.push(v.vmalloc_aligned(PAGE, PAGE)?);
+                ptr.1.push(v.vmalloc_aligned(PAGE, PAGE)?);
+                junk.1.push(v.vmalloc_aligned(PAGE, PAGE)?);
             }
-            for j in junk.drain(..) {
+            for j in junk.1.drain(..) {
                 v.vfree(j)?;
             }
-            for p in ptr.iter_mut() {
-                v.vfree(*p)?;
+            for p in ptr.1.iter_mut() {
+                v.vfree(core::mem::replace(p, VirtAddr::new(0)))?;
                 let a = v.vmalloc_aligned(PAGE, PAGE)?;
-                touch(v, a)?;
                 *p = a;
+                touch(v, a)?;
             }
-            ptr.into_iter().try_for_each(|p| v.vfree(p))?
+            ptr.1.drain(..).try_for_each(|p| v.vfree(p))?
         }
         4 => {
-            let busy: Vec<_> = (0..15_000)
-                .map(|_| v.vmalloc_aligned(PAGE, PAGE))
-                .collect::<Result<_, _>>()?;
+            let mut busy = Live(v, Vec::with_capacity(15_000));
+            for _ in 0..15_000 {
+                busy.1.push(v.vmalloc_aligned(PAGE, PAGE)?);
+            }
             let r = (0..loops).try_for_each(|_| alloc_touch_free(1, PAGE));
-            busy.into_iter().try_for_each(|b| v.vfree(b))?;
+            busy.1.drain(..).try_for_each(|b| v.vfree(b))?;
             r?
         }
         8 => (0..loops).try_for_each(|_| alloc_touch_free(1 + rng.below(100), PAGE))?,
@@ -293,7 +308,12 @@ fn run_with<N: VmapNodes<Lazy = NodeLazy>>(
     nodes: N,
     sim_cpus: usize,
 ) -> Result<(u64, u64, Vec<Value>), String> {
-    let arena = PhysArena::new(1 << 30, PAGE).map_err(|e| e.to_string())?;
+    // long_busy_list holds 15 000 pages (58 MiB) per thread; on a machine
+    // with a core per thread every thread holds them at once (16 threads on
+    // 16 cores ran out of a fixed 1 GiB). The arena is zeroed lazily by the
+    // host, so unused room costs nothing.
+    let bytes = (1u64 << 30).max(args.nr_threads as u64 * (96 << 20));
+    let arena = PhysArena::new(bytes, PAGE).map_err(|e| e.to_string())?;
     let mem = VmallocMem::new(&arena);
     let tlb = SoftTlb::new(sim_cpus, PAGE, common.cost_model());
     let cpus = HostedCpus::new(sim_cpus);

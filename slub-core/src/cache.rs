@@ -471,7 +471,7 @@ impl<K: Platform> KmemCache<K> {
         let p = ptr.as_ptr() as usize;
         match self.free_fast(p) {
             FastFree::Done => Ok(()),
-            FastFree::ToSlab => self.slabs.free_to_slab(p),
+            FastFree::ToSlab => self.tid.free_to_slab(&self.slabs, p, None),
             // SAFETY: the caller's contract.
             FastFree::Slow => unsafe { self.free_slow_call(ptr) },
         }

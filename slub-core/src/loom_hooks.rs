@@ -68,3 +68,13 @@ pub(crate) fn batch_add_window() {
     #[cfg(kmm_loom)]
     loom::thread::yield_now();
 }
+
+/// Whether a slab a free froze is left off every list (lost).
+#[inline(always)]
+pub(crate) fn frozen_slab_dropped() -> bool {
+    #[cfg(kmm_loom)]
+    if MUTATION.active(m::FROZEN_SLAB_DROPPED) {
+        return true;
+    }
+    false
+}

@@ -27,6 +27,9 @@ pub const LARGE_TAKE_TWO_STEP: u8 = 6;
 /// and a plain store instead of one swap, so it can hand over a batch its
 /// owner has taken out and is adding to (an object lost or freed twice).
 pub const BATCH_STEAL_TWO_STEP: u8 = 7;
+/// A free that freezes a full slab for its CPU (`put_cpu_partial`) puts it
+/// on no list: the slab and its objects are lost to the cache.
+pub const FROZEN_SLAB_DROPPED: u8 = 8;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

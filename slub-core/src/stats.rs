@@ -49,6 +49,10 @@ items! {
     AllocFromPartial = "alloc_from_partial",
     /// CPU slab taken from the CPU partial list.
     CpuPartialAlloc = "cpu_partial_alloc",
+    /// A free froze a full slab onto the CPU partial list.
+    CpuPartialFree = "cpu_partial_free",
+    /// The CPU partial list was full and went to the node list.
+    CpuPartialDrain = "cpu_partial_drain",
     /// New slab from the page source.
     AllocSlab = "alloc_slab",
     /// Slab returned to the page source.

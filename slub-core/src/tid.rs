@@ -454,7 +454,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                 let tid = c.cell.load_hi(Ordering::Acquire);
                 let fl = c.cell.load_lo(Ordering::Acquire);
                 if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
-                    return s.free_to_slab(p);
+                    return self.free_to_slab(s, p, None);
                 }
                 if fl == p as u64 {
                     return Err(FreeError::DoubleFree { ptr: p });
@@ -468,6 +468,55 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             }
         }
         self.free_slow(s, p)
+    }
+
+    /// A free of an object outside the CPU slab (`__slab_free`). When it
+    /// makes a full slab partial, the slab is frozen for this CPU and put
+    /// on its partial list (`put_cpu_partial`) instead of the node list, so
+    /// the common case takes no node lock: frees of old objects, scattered
+    /// over full slabs, took it on nearly every call and serialised 16 CPUs
+    /// (BENCHMARKS.md, session 14). `pinned` is the CPU whose guard the
+    /// caller holds, if any.
+    pub(crate) fn free_to_slab(
+        &self,
+        s: &Slabs<P, C, D, R>,
+        p: usize,
+        pinned: Option<usize>,
+    ) -> Result<(), FreeError> {
+        let Some(x) = s.free_to_slab_freezing(p, true)? else {
+            return Ok(());
+        };
+        match pinned {
+            Some(cpu) => self.put_cpu_partial(s, cpu, x),
+            None => {
+                let (_g, cpu) = s.cpus().pin();
+                self.put_cpu_partial(s, cpu, x);
+            }
+        }
+        Ok(())
+    }
+
+    /// `put_cpu_partial`: frozen slab `x` onto CPU `cpu`'s partial list; a
+    /// list already `cpu_partial` long is unfrozen to the node first
+    /// (`__put_partials`).
+    #[cold]
+    fn put_cpu_partial(&self, s: &Slabs<P, C, D, R>, cpu: usize, x: *mut Slab) {
+        if crate::loom_hooks::frozen_slab_dropped() {
+            return;
+        }
+        let c = self.cpu_slab(cpu);
+        // SAFETY: the caller holds the guard of `cpu`; `x` is frozen by the
+        // caller's free and on no list.
+        unsafe {
+            if c.partial.len() >= s.cpu_partial() {
+                while let Some(y) = c.partial.pop() {
+                    s.deactivate(y, None);
+                }
+                s.stat(cpu, StatItem::CpuPartialDrain);
+            }
+            c.partial.push(x);
+        }
+        s.stat(cpu, StatItem::CpuPartialFree);
     }
 
     #[inline(never)]
@@ -488,7 +537,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             let tid = c.cell.load_hi(Ordering::Acquire);
             let fl = c.cell.load_lo(Ordering::Acquire);
             if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
-                return s.free_to_slab(p);
+                return self.free_to_slab(s, p, Some(cpu));
             }
             if fl == p as u64 {
                 return Err(FreeError::DoubleFree { ptr: p });

@@ -167,6 +167,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         self.nr_slabs.load(Ordering::Acquire)
     }
 
+    /// Frozen slabs a CPU keeps on its partial list (`cpu_partial`).
+    pub(crate) fn cpu_partial(&self) -> usize {
+        self.cpu_partial
+    }
+
     /// Bumps counter `item` of CPU `cpu` (nothing without `stats`, nor for
     /// a fast-path item when the cache does not count those).
     #[inline(always)]

@@ -191,7 +191,7 @@ impl CpuPartial {
     ///
     /// # Safety
     /// As [`push`](Self::push).
-    unsafe fn len(&self) -> usize {
+    pub(crate) unsafe fn len(&self) -> usize {
         // SAFETY: as for `push`.
         unsafe { *self.nr.get() }
     }

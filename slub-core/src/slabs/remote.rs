@@ -2,7 +2,10 @@
 //! freeing CPU's current slab (a remote free, or a free into a partial or
 //! full slab). They go straight to the slab's own freelist with a slab-level
 //! DW-CAS on `(freelist, counters)` (`__slab_free`); a frozen slab just
-//! collects them for its CPU, an unfrozen one may move between lists.
+//! collects them for its CPU, an unfrozen one may move between lists. A
+//! free that makes a full slab partial may instead freeze it for the
+//! freeing CPU in the same CAS (the tid front then puts it on that CPU's
+//! partial list, `put_cpu_partial`), so it takes no node lock.
 
 use super::Slabs;
 use crate::cpu_local::CpuLocal;
@@ -27,19 +30,66 @@ enum Attempt {
     Retry,
     /// The slab may change lists: redo under the node lock.
     NeedsLock,
+    /// The slab was full and on no list: the free made it partial and froze
+    /// it for the freeing CPU, whose partial list the caller puts it on.
+    Froze,
+}
+
+/// How [`free_attempt`](Slabs::free_attempt) may treat a slab that would
+/// change lists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Without the node lock: answer `NeedsLock`.
+    Unlocked,
+    /// Without the node lock, but a full slab is frozen for the caller's
+    /// CPU (`Froze`); an emptied one still needs the lock.
+    Freezing,
+    /// Under the node lock: push; the caller moves the slab.
+    Locked,
 }
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the
-    /// slab header's magic; a line the CAS touches anyway), then `__slab_free`.
-    pub(crate) fn free_to_slab(&self, p: usize) -> Result<(), FreeError> {
+    /// slab header's magic; a line the CAS touches anyway), then
+    /// `__slab_free`. With `freeze` (and a cache with CPU partial lists), a
+    /// full slab the free makes partial is frozen instead of listed under
+    /// the node lock, and returned: the caller owes it a place on its CPU's
+    /// partial list (`put_cpu_partial`; Linux's `__slab_free` since 3.2).
+    pub(crate) fn free_to_slab_freezing(
+        &self,
+        p: usize,
+        freeze: bool,
+    ) -> Result<Option<*mut Slab>, FreeError> {
         #[cfg(not(feature = "debug"))]
         // SAFETY: the `free` contract: `p` is in mapped memory.
         unsafe {
             self.check_owner(p)?
         };
         let x = self.geo.base_of(p) as *mut Slab;
-        self.slab_free_chain(x, p, p, 1, true)
+        let mode = if freeze && self.cpu_partial > 0 {
+            Mode::Freezing
+        } else {
+            Mode::Unlocked
+        };
+        loop {
+            match self.free_attempt(x, p, p, 1, true, mode)? {
+                Attempt::Done { frozen, .. } => {
+                    self.stat_here(StatItem::FreeSlowpath);
+                    if frozen {
+                        self.stat_here(StatItem::FreeRemote);
+                    }
+                    return Ok(None);
+                }
+                Attempt::Froze => {
+                    self.stat_here(StatItem::FreeSlowpath);
+                    return Ok(Some(x));
+                }
+                Attempt::NeedsLock => {
+                    return self.slab_free_locked(x, p, p, 1, true).map(|()| None);
+                }
+                Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
+            }
+        }
     }
 
     /// Frees one object the cache itself held (a sheaf's) straight to its
@@ -63,7 +113,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         single: bool,
     ) -> Result<(), FreeError> {
         loop {
-            match self.free_attempt(x, head, tail, cnt, single, false)? {
+            match self.free_attempt(x, head, tail, cnt, single, Mode::Unlocked)? {
                 Attempt::Done { frozen, .. } => {
                     self.stat_here(StatItem::FreeSlowpath);
                     if frozen {
@@ -71,6 +121,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                     }
                     return Ok(());
                 }
+                Attempt::Froze => unreachable!("free_attempt freezes only when asked"),
                 Attempt::NeedsLock => return self.slab_free_locked(x, head, tail, cnt, single),
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
@@ -93,13 +144,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         let end = end_token(x as usize);
         let mut n = self.node.lock();
         let (frozen, prior, inuse) = loop {
-            match self.free_attempt(x, head, tail, cnt, single, true)? {
+            match self.free_attempt(x, head, tail, cnt, single, Mode::Locked)? {
                 Attempt::Done {
                     frozen,
                     prior,
                     inuse,
                 } => break (frozen, prior, inuse),
-                Attempt::NeedsLock => unreachable!("free_attempt asks for the lock only unlocked"),
+                Attempt::NeedsLock | Attempt::Froze => {
+                    unreachable!("free_attempt asks for the lock, or freezes, only unlocked")
+                }
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
         };
@@ -126,9 +179,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     }
 
     /// One try of `__slab_free`'s CAS: the double-free checks, then the
-    /// chain pushed with the counters updated. Unlocked (`locked` false), a
+    /// chain pushed with the counters updated. Without the node lock, a
     /// free that may move an unfrozen slab between lists is not tried but
-    /// answered `NeedsLock`.
+    /// answered `NeedsLock`, except, `Freezing`, a free into a full slab:
+    /// it is pushed with the frozen bit set (`Froze`), so the slab goes to
+    /// the caller's CPU instead of a node list.
     #[inline(always)]
     fn free_attempt(
         &self,
@@ -137,7 +192,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         tail: usize,
         cnt: usize,
         single: bool,
-        locked: bool,
+        mode: Mode,
     ) -> Result<Attempt, FreeError> {
         // SAFETY: `x` is a live slab of this cache (checked by the caller).
         let st = unsafe { &(*x).state };
@@ -152,7 +207,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
             return Err(FreeError::DoubleFree { ptr: head });
         };
         let frozen = c.frozen();
-        if !locked && !frozen && (inuse == 0 || lo == end_token(x as usize)) {
+        let was_full = lo == end_token(x as usize);
+        let froze = mode == Mode::Freezing && !frozen && was_full;
+        if mode != Mode::Locked && !frozen && !froze && (inuse == 0 || was_full) {
             return Ok(Attempt::NeedsLock);
         }
         // SAFETY: `tail` is an object being freed by us.
@@ -160,10 +217,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         if D::compare_exchange(
             st,
             DoubleWord::new(lo, hi),
-            DoubleWord::new(head as u64, c.next(inuse, frozen).0),
+            DoubleWord::new(head as u64, c.next(inuse, frozen || froze).0),
         )
         .is_ok()
         {
+            if froze {
+                return Ok(Attempt::Froze);
+            }
             return Ok(Attempt::Done {
                 frozen,
                 prior: lo,

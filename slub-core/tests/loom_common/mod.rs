@@ -93,6 +93,16 @@ pub type Cache<D> = KmemCache<HostedPlatform<SystemPages, LoomCpus, D>>;
 
 /// A cache of 32-byte objects, `objects` per slab.
 pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFlags) -> Cache<D> {
+    cache_partial(cpus, objects, flags, 0)
+}
+
+/// [`cache`] whose CPUs keep up to `cpu_partial` frozen slabs each.
+pub fn cache_partial<D: arch_api::DwCas>(
+    cpus: LoomCpus,
+    objects: usize,
+    flags: CacheFlags,
+    cpu_partial: usize,
+) -> Cache<D> {
     KmemCache::with_config(
         "loom",
         32,
@@ -103,7 +113,7 @@ pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFla
         CacheConfig {
             max_objects: objects,
             min_partial: 0,
-            cpu_partial: 0,
+            cpu_partial,
             sheaf_capacity: 1,
             barn_max_full: 4,
             barn_max_empty: 4,

@@ -78,6 +78,79 @@ pub fn remote_vs_deactivate() {
     });
 }
 
+/// `put_cpu_partial`: two CPUs free into the same full slab X at once. The
+/// first free makes X partial and freezes it onto its CPU's partial list
+/// without the node lock; the other lands on X's freelist (X frozen by
+/// then) or freezes it itself. The remote CPU then allocates (from X, via
+/// its partial list, or a new slab), frees, and destroy must find every
+/// object free and every page back.
+pub fn put_cpu_partial() {
+    loom::model(|| {
+        let cpus = LoomCpus::new(2, &[0, 1]);
+        cpus.bind(0);
+        let c = Arc::new(cache_partial::<slub_core::DefaultDwCas>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+            1,
+        ));
+        let o1 = c.alloc().unwrap().as_ptr() as usize;
+        let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
+        // New slab Y: X unfrozen, full, on no list. (o2 may be freed, and
+        // handed out again, before t1 allocates; o3 may not.)
+        let o3 = c.alloc().unwrap().as_ptr() as usize;
+        let t1 = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                c.cpus().bind(1);
+                free(&c, o1);
+                let p = c.alloc().unwrap().as_ptr() as usize;
+                assert!(p != o3, "object handed out twice");
+                free(&c, p);
+            })
+        };
+        free(&c, o2);
+        t1.join().unwrap();
+        free(&c, o3);
+        destroy_all(c);
+    });
+}
+
+/// `put_cpu_partial` with the list full: CPU 1 frees into two full slabs
+/// X and Y, so its second freeze drains X to the node list
+/// (`__put_partials`), while CPU 0 frees the other objects of X and Y,
+/// each into a frozen slab or freezing it for itself.
+pub fn put_cpu_partial_drain() {
+    loom::model(|| {
+        let cpus = LoomCpus::new(2, &[0, 1]);
+        cpus.bind(0);
+        let c = Arc::new(cache_partial::<slub_core::DefaultDwCas>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+            1,
+        ));
+        let x: Vec<usize> = (0..4)
+            .map(|_| c.alloc().unwrap().as_ptr() as usize)
+            .collect();
+        let o5 = c.alloc().unwrap().as_ptr() as usize; // X and Y full, on no list
+        let t1 = {
+            let c = c.clone();
+            let (a, b) = (x[0], x[2]);
+            loom::thread::spawn(move || {
+                c.cpus().bind(1);
+                free(&c, a);
+                free(&c, b);
+            })
+        };
+        free(&c, x[1]);
+        free(&c, x[3]);
+        t1.join().unwrap();
+        free(&c, o5);
+        destroy_all(c);
+    });
+}
+
 /// (3) The 2014 leak: mixed alloc/free across threads over exhausted CPU
 /// slabs, then destroy must find every object free and return every page.
 pub fn destroy_leak() {

@@ -67,12 +67,14 @@ fn print_stats() {
         b.flush_to_stderr();
         let _ = writeln!(
             b,
-            "  alloc fast {} slow {}, free fast {} slow {} remote {}, cpu cas retries {} ({} per M ops), sheaf refill {} flush {}",
+            "  alloc fast {} slow {}, free fast {} slow {} remote {}, full slab made partial: to the CPU {} to the node {}, cpu cas retries {} ({} per M ops), sheaf refill {} flush {}",
             s.get(StatItem::AllocFastpath),
             s.get(StatItem::AllocSlowpath),
             s.get(StatItem::FreeFastpath),
             s.get(StatItem::FreeSlowpath),
             s.get(StatItem::FreeRemote),
+            s.get(StatItem::CpuPartialFree),
+            s.get(StatItem::FreeAddPartial),
             fails,
             fails.saturating_mul(1_000_000) / ops.max(1),
             s.get(StatItem::SheafRefill),

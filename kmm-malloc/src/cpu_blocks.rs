@@ -33,7 +33,8 @@ pub const MAX_PAGES: usize = 16;
 /// goes to the region's lists).
 pub const SHARD_BYTES: usize = 1 << 20;
 
-struct Shard {
+/// One CPU's cache ([`CpuBlocks::here`]).
+pub struct Shard {
     lock: YieldLock,
     /// Under `lock`: a list per page count, linked through each free
     /// block's first word, and the bytes on them.
@@ -42,6 +43,70 @@ struct Shard {
     /// (a block freed on another CPU makes one shard negative and another
     /// positive; only the sum means anything).
     in_use: AtomicIsize,
+}
+
+impl Shard {
+    /// Counts bytes handed out (`delta > 0`) or given back.
+    #[inline]
+    pub fn count(&self, delta: isize) {
+        self.in_use.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A cached block of `pages` pages aligned to `align`, from the
+    /// shard, if it has one and nobody holds the shard.
+    #[inline]
+    pub fn take(&self, pages: usize, align: usize) -> Option<usize> {
+        if pages > MAX_PAGES {
+            return None;
+        }
+        if !self.lock.try_lock() {
+            return None;
+        }
+        // SAFETY: under the shard's lock.
+        let (lists, bytes) = unsafe { &mut *self.lists.get() };
+        let b = lists[pages];
+        let got = (b != 0 && b % align == 0).then(|| {
+            // SAFETY: a listed block is free, mapped and resident; its first
+            // word is the link, which becomes the caller's (zeroed).
+            unsafe {
+                lists[pages] = *(b as *const usize);
+                *(b as *mut usize) = 0;
+            }
+            *bytes -= pages * crate::region::PAGE;
+            b
+        });
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        got
+    }
+
+    /// Keeps the freed, resident block `b` of `pages` pages in this shard;
+    /// false if it does not fit (the caller gives it to the region).
+    ///
+    /// # Safety
+    /// `b` is a free region block of `pages` pages, mapped, unused.
+    #[inline]
+    pub unsafe fn keep(&self, b: usize, pages: usize) -> bool {
+        let len = pages * crate::region::PAGE;
+        if pages > MAX_PAGES {
+            return false;
+        }
+        if !self.lock.try_lock() {
+            return false;
+        }
+        // SAFETY: under the shard's lock.
+        let (lists, bytes) = unsafe { &mut *self.lists.get() };
+        let kept = *bytes + len <= SHARD_BYTES;
+        if kept {
+            // SAFETY: the caller's block; its first word is the link now.
+            unsafe { *(b as *mut usize) = lists[pages] };
+            lists[pages] = b;
+            *bytes += len;
+        }
+        // SAFETY: we hold it.
+        unsafe { self.lock.unlock() };
+        kept
+    }
 }
 
 /// The shards.
@@ -66,16 +131,11 @@ impl CpuBlocks {
         }
     }
 
+    /// The shard of the CPU the caller runs on now (one `rseq` load; the
+    /// thread may move on, which only makes it use another CPU's shard).
     #[inline(always)]
-    fn here(&self) -> &Shard {
+    pub fn here(&self) -> &Shard {
         &self.shards[arch_api::cpu::linux::raw_cpu() % SHARDS]
-    }
-
-    /// Counts `bytes` handed out (`delta > 0`) or given back, on the
-    /// caller's shard.
-    #[inline]
-    pub fn count(&self, delta: isize) {
-        self.here().in_use.fetch_add(delta, Ordering::Relaxed);
     }
 
     /// Bytes handed out over every shard.
@@ -86,64 +146,6 @@ impl CpuBlocks {
             .map(|s| s.in_use.load(Ordering::Relaxed))
             .sum();
         s.max(0) as usize
-    }
-
-    /// A cached block of `pages` pages aligned to `align`, from the
-    /// caller's CPU, if it has one and its shard is free.
-    #[inline]
-    pub fn take(&self, pages: usize, align: usize) -> Option<usize> {
-        if pages > MAX_PAGES {
-            return None;
-        }
-        let shard = self.here();
-        if !shard.lock.try_lock() {
-            return None;
-        }
-        // SAFETY: under the shard's lock.
-        let (lists, bytes) = unsafe { &mut *shard.lists.get() };
-        let b = lists[pages];
-        let got = (b != 0 && b % align == 0).then(|| {
-            // SAFETY: a listed block is free, mapped and resident; its first
-            // word is the link, which becomes the caller's (zeroed).
-            unsafe {
-                lists[pages] = *(b as *const usize);
-                *(b as *mut usize) = 0;
-            }
-            *bytes -= pages * crate::region::PAGE;
-            b
-        });
-        // SAFETY: we hold it.
-        unsafe { shard.lock.unlock() };
-        got
-    }
-
-    /// Keeps the freed, resident block `b` of `pages` pages on the caller's
-    /// CPU; false if it does not fit (the caller gives it to the region).
-    ///
-    /// # Safety
-    /// `b` is a free region block of `pages` pages, mapped, unused.
-    #[inline]
-    pub unsafe fn keep(&self, b: usize, pages: usize) -> bool {
-        let len = pages * crate::region::PAGE;
-        if pages > MAX_PAGES {
-            return false;
-        }
-        let shard = self.here();
-        if !shard.lock.try_lock() {
-            return false;
-        }
-        // SAFETY: under the shard's lock.
-        let (lists, bytes) = unsafe { &mut *shard.lists.get() };
-        let kept = *bytes + len <= SHARD_BYTES;
-        if kept {
-            // SAFETY: the caller's block; its first word is the link now.
-            unsafe { *(b as *mut usize) = lists[pages] };
-            lists[pages] = b;
-            *bytes += len;
-        }
-        // SAFETY: we hold it.
-        unsafe { shard.lock.unlock() };
-        kept
     }
 
     /// Empties every shard into `f(block, pages)`, returning the bytes
@@ -255,22 +257,22 @@ mod tests {
         let b = &blk.0;
         // SAFETY: our blocks, unused.
         unsafe {
-            assert!(c.keep(b[0], 2));
-            assert!(c.keep(b[1], 2));
+            assert!(c.here().keep(b[0], 2));
+            assert!(c.here().keep(b[1], 2));
         }
         assert_eq!(c.cached(), 4 * PAGE);
-        assert_eq!(c.take(3, PAGE), None, "no block of another size");
-        assert_eq!(c.take(2, PAGE), Some(b[1]));
+        assert_eq!(c.here().take(3, PAGE), None, "no block of another size");
+        assert_eq!(c.here().take(2, PAGE), Some(b[1]));
         // SAFETY: read the link word we were given.
         assert_eq!(unsafe { *(b[1] as *const usize) }, 0, "link cleared");
-        assert_eq!(c.take(2, 1 << 40), None, "misaligned head");
+        assert_eq!(c.here().take(2, 1 << 40), None, "misaligned head");
         // SAFETY: our block, unused (and refused: too big).
-        assert!(!unsafe { c.keep(b[2], MAX_PAGES + 1) }, "too big");
+        assert!(!unsafe { c.here().keep(b[2], MAX_PAGES + 1) }, "too big");
         let fit = SHARD_BYTES / (MAX_PAGES * PAGE);
         let big = blocks(fit + 1, MAX_PAGES);
         let mut kept = 0;
         // SAFETY: our blocks, unused, each kept at most once.
-        while kept <= fit && unsafe { c.keep(big.0[kept], MAX_PAGES) } {
+        while kept <= fit && unsafe { c.here().keep(big.0[kept], MAX_PAGES) } {
             kept += 1;
         }
         assert_eq!(
@@ -285,7 +287,7 @@ mod tests {
         assert_eq!(seen.len(), 1 + kept);
         assert!(seen.contains(&(b[0], 2)));
         assert_eq!(c.cached(), 0);
-        assert_eq!(c.take(2, PAGE), None);
+        assert_eq!(c.here().take(2, PAGE), None);
     }
 
     /// A shard somebody holds is skipped, never waited for.
@@ -297,13 +299,13 @@ mod tests {
         let b = &blk.0;
         c.lock_all();
         // SAFETY: our block, unused.
-        assert!(!unsafe { c.keep(b[0], 1) });
-        assert_eq!(c.take(1, PAGE), None);
+        assert!(!unsafe { c.here().keep(b[0], 1) });
+        assert_eq!(c.here().take(1, PAGE), None);
         assert_eq!(c.drain(|_, _| panic!("drained a locked shard")), 0);
         // SAFETY: after lock_all.
         unsafe { c.unlock_all() };
         // SAFETY: our block, unused, not kept before.
-        assert!(unsafe { c.keep(b[0], 1) });
+        assert!(unsafe { c.here().keep(b[0], 1) });
     }
 
     /// In-use counts from different shards add up.
@@ -316,7 +318,7 @@ mod tests {
         c.shards[7]
             .in_use
             .store(-(2 * PAGE as isize), Ordering::Relaxed);
-        c.count(PAGE as isize);
+        c.here().count(PAGE as isize);
         assert_eq!(c.in_use(), 4 * PAGE);
     }
 }

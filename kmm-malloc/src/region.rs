@@ -192,8 +192,9 @@ impl Region {
         if base == 0 || pages == 0 {
             return null_mut();
         }
-        if let Some(b) = self.cpu.take(pages, align) {
-            self.cpu.count(bytes as isize);
+        let shard = self.cpu.here();
+        if let Some(b) = shard.take(pages, align) {
+            shard.count(bytes as isize);
             return b as *mut u8;
         }
         self.lock.lock();
@@ -235,7 +236,7 @@ impl Region {
         // SAFETY: we hold it.
         unsafe { self.lock.unlock() };
         if got != 0 {
-            self.cpu.count(bytes as isize);
+            shard.count(bytes as isize);
         }
         got as *mut u8
     }
@@ -246,9 +247,10 @@ impl Region {
     /// `p` and `bytes` are those of a live block, no longer used.
     pub unsafe fn free_block(&self, p: *mut u8, bytes: usize) {
         let pages = bytes / PAGE;
-        self.cpu.count(-(bytes as isize));
+        let shard = self.cpu.here();
+        shard.count(-(bytes as isize));
         // SAFETY: the caller's block, resident (it was in use), unused.
-        if unsafe { self.cpu.keep(p as usize, pages) } {
+        if unsafe { shard.keep(p as usize, pages) } {
             return;
         }
         let keep = pages <= MAX_LIST_PAGES

@@ -78,6 +78,14 @@ pub fn remote_vs_deactivate() {
     });
 }
 
+/// Two CPUs, CPU 0 current; slabs of 2 objects, 1 frozen slab per CPU
+/// partial list.
+fn partial_cache() -> Arc<Cache<slub_core::DefaultDwCas>> {
+    let cpus = LoomCpus::new(2, &[0, 1]);
+    cpus.bind(0);
+    Arc::new(cache_partial(cpus, 2, CacheFlags::empty(), 1))
+}
+
 /// `put_cpu_partial`: two CPUs free into the same full slab X at once. The
 /// first free makes X partial and freezes it onto its CPU's partial list
 /// without the node lock; the other lands on X's freelist (X frozen by
@@ -86,14 +94,7 @@ pub fn remote_vs_deactivate() {
 /// object free and every page back.
 pub fn put_cpu_partial() {
     loom::model(|| {
-        let cpus = LoomCpus::new(2, &[0, 1]);
-        cpus.bind(0);
-        let c = Arc::new(cache_partial::<slub_core::DefaultDwCas>(
-            cpus,
-            2,
-            CacheFlags::empty(),
-            1,
-        ));
+        let c = partial_cache();
         let o1 = c.alloc().unwrap().as_ptr() as usize;
         let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
         // New slab Y: X unfrozen, full, on no list. (o2 may be freed, and
@@ -122,14 +123,7 @@ pub fn put_cpu_partial() {
 /// each into a frozen slab or freezing it for itself.
 pub fn put_cpu_partial_drain() {
     loom::model(|| {
-        let cpus = LoomCpus::new(2, &[0, 1]);
-        cpus.bind(0);
-        let c = Arc::new(cache_partial::<slub_core::DefaultDwCas>(
-            cpus,
-            2,
-            CacheFlags::empty(),
-            1,
-        ));
+        let c = partial_cache();
         let x: Vec<usize> = (0..4)
             .map(|_| c.alloc().unwrap().as_ptr() as usize)
             .collect();

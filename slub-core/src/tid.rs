@@ -483,7 +483,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         p: usize,
         pinned: Option<usize>,
     ) -> Result<(), FreeError> {
-        let Some(x) = s.free_to_slab_freezing(p, true)? else {
+        let Some(x) = s.free_to_slab(p)? else {
             return Ok(());
         };
         match pinned {

@@ -51,45 +51,22 @@ enum Mode {
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the
     /// slab header's magic; a line the CAS touches anyway), then
-    /// `__slab_free`. With `freeze` (and a cache with CPU partial lists), a
-    /// full slab the free makes partial is frozen instead of listed under
-    /// the node lock, and returned: the caller owes it a place on its CPU's
-    /// partial list (`put_cpu_partial`; Linux's `__slab_free` since 3.2).
-    pub(crate) fn free_to_slab_freezing(
-        &self,
-        p: usize,
-        freeze: bool,
-    ) -> Result<Option<*mut Slab>, FreeError> {
+    /// `__slab_free`. In a cache with CPU partial lists, a full slab the
+    /// free makes partial is frozen instead of listed under the node lock,
+    /// and returned: the caller owes it a place on its CPU's partial list
+    /// (`put_cpu_partial`; Linux's `__slab_free` since 3.2).
+    pub(crate) fn free_to_slab(&self, p: usize) -> Result<Option<*mut Slab>, FreeError> {
         #[cfg(not(feature = "debug"))]
         // SAFETY: the `free` contract: `p` is in mapped memory.
         unsafe {
             self.check_owner(p)?
         };
-        let x = self.geo.base_of(p) as *mut Slab;
-        let mode = if freeze && self.cpu_partial > 0 {
+        let mode = if self.cpu_partial > 0 {
             Mode::Freezing
         } else {
             Mode::Unlocked
         };
-        loop {
-            match self.free_attempt(x, p, p, 1, true, mode)? {
-                Attempt::Done { frozen, .. } => {
-                    self.stat_here(StatItem::FreeSlowpath);
-                    if frozen {
-                        self.stat_here(StatItem::FreeRemote);
-                    }
-                    return Ok(None);
-                }
-                Attempt::Froze => {
-                    self.stat_here(StatItem::FreeSlowpath);
-                    return Ok(Some(x));
-                }
-                Attempt::NeedsLock => {
-                    return self.slab_free_locked(x, p, p, 1, true).map(|()| None);
-                }
-                Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
-            }
-        }
+        self.slab_free_in(self.geo.base_of(p) as *mut Slab, p, p, 1, true, mode)
     }
 
     /// Frees one object the cache itself held (a sheaf's) straight to its
@@ -112,17 +89,40 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         cnt: usize,
         single: bool,
     ) -> Result<(), FreeError> {
+        self.slab_free_in(x, head, tail, cnt, single, Mode::Unlocked)
+            .map(|_| ())
+    }
+
+    /// The loop of [`slab_free_chain`](Self::slab_free_chain) in `mode`
+    /// (`Unlocked` or `Freezing`): the slab if the free froze it.
+    #[inline(always)]
+    fn slab_free_in(
+        &self,
+        x: *mut Slab,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+        single: bool,
+        mode: Mode,
+    ) -> Result<Option<*mut Slab>, FreeError> {
         loop {
-            match self.free_attempt(x, head, tail, cnt, single, Mode::Unlocked)? {
+            match self.free_attempt(x, head, tail, cnt, single, mode)? {
                 Attempt::Done { frozen, .. } => {
                     self.stat_here(StatItem::FreeSlowpath);
                     if frozen {
                         self.stat_here(StatItem::FreeRemote);
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
-                Attempt::Froze => unreachable!("free_attempt freezes only when asked"),
-                Attempt::NeedsLock => return self.slab_free_locked(x, head, tail, cnt, single),
+                Attempt::Froze => {
+                    self.stat_here(StatItem::FreeSlowpath);
+                    return Ok(Some(x));
+                }
+                Attempt::NeedsLock => {
+                    return self
+                        .slab_free_locked(x, head, tail, cnt, single)
+                        .map(|()| None);
+                }
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
         }

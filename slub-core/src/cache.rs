@@ -388,9 +388,10 @@ impl<K: Platform> KmemCache<K> {
     /// freelist corruption, a destroyed cache). Never panics.
     #[inline(always)]
     pub fn alloc(&self) -> Result<NonNull<u8>, AllocError> {
-        // The inlined part is leaf code that only succeeds; everything else
-        // (guards, refills, errors, retries) is one out-of-line call, so the
-        // fast path needs no stack frame.
+        // The inlined part is leaf code that only succeeds: the sheaves
+        // front's step, or one call to the tid front's. Everything else
+        // (guards, refills, errors, retries) is one out-of-line call, so
+        // the fast path needs (almost) no stack frame.
         if let Some(p) = self.alloc_fast() {
             return Ok(p);
         }
@@ -411,12 +412,22 @@ impl<K: Platform> KmemCache<K> {
         let p = if mode == MODE_SHEAVES {
             self.sheaves.alloc_fast(&self.slabs)?
         } else if mode == MODE_TID {
-            self.tid.alloc_fast(&self.slabs)?
+            self.tid_alloc_fast()?
         } else {
             return None;
         };
         // SAFETY: objects are inside slab memory, never at address 0.
         Some(unsafe { NonNull::new_unchecked(p as *mut u8) })
+    }
+
+    /// The tid front's fast path, out of line: its DW-CAS and the live
+    /// values around it need callee-saved registers, and inlined beside the
+    /// sheaves front's step it made every `malloc` and `free` of kmm-malloc
+    /// save five of them, whichever front ran (BENCHMARKS.md, session 15).
+    #[inline(never)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn tid_alloc_fast(&self) -> Option<usize> {
+        self.tid.alloc_fast(&self.slabs)
     }
 
     /// Under `debug` every allocation takes the slow path (which checks the
@@ -466,33 +477,46 @@ impl<K: Platform> KmemCache<K> {
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         // As `alloc`: an inlined leaf that only succeeds (or, on the tid
-        // front, hands an object of another slab to that slab), then one
-        // call.
+        // front, hands an object of another slab to that slab, out of
+        // line), then one call.
         let p = ptr.as_ptr() as usize;
         match self.free_fast(p) {
-            FastFree::Done => Ok(()),
-            FastFree::ToSlab => self.tid.free_to_slab(&self.slabs, p, None),
+            Some(done) => done,
             // SAFETY: the caller's contract.
-            FastFree::Slow => unsafe { self.free_slow_call(ptr) },
+            None => unsafe { self.free_slow_call(ptr) },
         }
     }
 
     /// One try of the front's fast free, with every check of
-    /// [`free_slow`](Self::free_slow) before it frees: [`FastFree::Slow`]
-    /// (destroyed, not an object boundary, a suspected double free, a full
-    /// sheaf, a lost CAS, …) sends the caller there, which starts over and
-    /// reports the error if any.
+    /// [`free_slow`](Self::free_slow) before it frees: `None` (destroyed,
+    /// not an object boundary, a suspected double free, a full sheaf, a
+    /// lost CAS, …) sends the caller there, which starts over and reports
+    /// the error if any; the tid front's free to another slab answers
+    /// here.
     #[cfg(not(feature = "debug"))]
     #[inline(always)]
-    fn free_fast(&self, p: usize) -> FastFree {
+    fn free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == MODE_DESTROYED || !self.slabs.geo().is_object_in_own_slab(p) {
-            return FastFree::Slow;
+            return None;
         }
         if mode == MODE_SHEAVES {
-            self.sheaves.free_fast(&self.slabs, p)
+            (self.sheaves.free_fast(&self.slabs, p) == FastFree::Done).then_some(Ok(()))
         } else {
-            self.tid.free_fast(&self.slabs, p)
+            self.tid_free_fast(p)
+        }
+    }
+
+    /// The tid front's fast free, out of line as
+    /// [`tid_alloc_fast`](Self::tid_alloc_fast); an object of another slab
+    /// than the CPU's goes to its own slab in the same call.
+    #[inline(never)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn tid_free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
+        match self.tid.free_fast(&self.slabs, p) {
+            FastFree::Done => Some(Ok(())),
+            FastFree::ToSlab => Some(self.tid.free_to_slab(&self.slabs, p, None)),
+            FastFree::Slow => None,
         }
     }
 
@@ -500,9 +524,9 @@ impl<K: Platform> KmemCache<K> {
     /// poison).
     #[cfg(feature = "debug")]
     #[inline(always)]
-    fn free_fast(&self, p: usize) -> FastFree {
+    fn free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
         let _ = p;
-        FastFree::Slow
+        None
     }
 
     /// Out-of-line [`free_slow`](Self::free_slow).

@@ -36,6 +36,9 @@ const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
 /// sheaves and the barn.
 pub(crate) struct SheafFront<P, C, D, R: RawMutex> {
     cpu: PerCpu<CpuSheaves>,
+    /// The barn's sheaf capacity, beside `cpu`: the fast paths read both,
+    /// and the barn's own copy sits behind its lock's padded line.
+    cap: usize,
     barn: Barn<R>,
     _slabs: Over<P, C, D, R>,
 }
@@ -55,6 +58,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         };
         Some(Self {
             cpu,
+            cap: barn.cap(),
             barn,
             _slabs: PhantomData,
         })
@@ -81,7 +85,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// Sheaf capacity (at least 1).
     #[inline(always)]
     fn cap(&self) -> usize {
-        self.barn.cap()
+        self.cap
     }
 
     /// The per-CPU sheaves as stacks of words, for the backend's guard-free
@@ -98,8 +102,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
 
     /// The sheaves fast path, one try: pop from the main sheaf. With a
     /// backend that pins for free ([`CpuLocal::HAS_PINNED_CPU`]) there is no
-    /// guard at all and anything else is left to the caller's slow path;
-    /// otherwise the guard is taken (and dropped) here.
+    /// guard at all, with a guard-free step (an rseq section) none either,
+    /// and anything else is left to the caller's slow path; otherwise the
+    /// guard is taken (and dropped) in one out-of-line call.
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
     pub(crate) fn alloc_fast(&self, slabs: &Slabs<P, C, D, R>) -> Option<usize> {
@@ -115,17 +120,25 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             match unsafe { slabs.cpus().pop_local(&self.stacks()) } {
                 LocalOp::Done { cpu, value } => {
                     slabs.stat(cpu, StatItem::AllocFastpath);
-                    return Some(value);
+                    Some(value)
                 }
-                LocalOp::Miss => return None,
-                LocalOp::Pin => {}
+                LocalOp::Miss => None,
+                LocalOp::Pin => self.alloc_fast_guarded(slabs),
             }
-            // `local_trylock`: a held guard (its holder preempted or
-            // migrated inside its section) sends us to the slow path.
-            let (_g, cpu) = slabs.cpus().try_pin()?;
-            // SAFETY: the guard pins us to `cpu`.
-            unsafe { self.sheaf_pop(slabs, cpu) }
         }
+    }
+
+    /// [`alloc_fast`](Self::alloc_fast) under the CPU's guard, for a
+    /// backend without a guard-free step: out of line, so that the inlined
+    /// fast path stays a leaf that needs no stack frame.
+    #[inline(never)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn alloc_fast_guarded(&self, slabs: &Slabs<P, C, D, R>) -> Option<usize> {
+        // `local_trylock`: a held guard (its holder preempted or migrated
+        // inside its section) sends us to the slow path.
+        let (_g, cpu) = slabs.cpus().try_pin()?;
+        // SAFETY: the guard pins us to `cpu`.
+        unsafe { self.sheaf_pop(slabs, cpu) }
     }
 
     /// `slab_alloc` for the sheaves front (the slow path's entry: pins,
@@ -245,15 +258,26 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
                     return FastFree::Done;
                 }
                 LocalOp::Miss => return FastFree::Slow,
-                LocalOp::Pin => {}
+                LocalOp::Pin => return self.free_fast_guarded(slabs, p),
             }
-            let Some((_g, cpu)) = slabs.cpus().try_pin() else {
-                return FastFree::Slow;
-            };
-            // SAFETY: the guard pins us to `cpu`.
-            unsafe { self.sheaf_push(slabs, cpu, p) }
         };
         if done { FastFree::Done } else { FastFree::Slow }
+    }
+
+    /// [`free_fast`](Self::free_fast) under the CPU's guard, out of line
+    /// as [`alloc_fast_guarded`](Self::alloc_fast_guarded).
+    #[inline(never)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn free_fast_guarded(&self, slabs: &Slabs<P, C, D, R>, p: usize) -> FastFree {
+        let Some((_g, cpu)) = slabs.cpus().try_pin() else {
+            return FastFree::Slow;
+        };
+        // SAFETY: the guard pins us to `cpu`.
+        if unsafe { self.sheaf_push(slabs, cpu, p) } {
+            FastFree::Done
+        } else {
+            FastFree::Slow
+        }
     }
 
     /// `slab_free` for the sheaves front (the slow path's entry). `p` has

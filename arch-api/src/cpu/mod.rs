@@ -143,9 +143,10 @@ pub unsafe trait CpuLocal: Sync {
 
     /// Pops a word from the stack of the CPU the caller runs on, with no
     /// guard (see [`local_stack`]): [`LocalOp::Done`] with the word and the
-    /// CPU, [`LocalOp::Miss`] if the stack is empty or the CPU's guard is
-    /// held, or [`LocalOp::Pin`] (the default) if the backend cannot, and
-    /// the caller should pin and pop under the guard.
+    /// CPU, [`LocalOp::Miss`] if the stack is empty, the CPU's guard is
+    /// held or the caller's CPU has no id here, or [`LocalOp::Pin`] (the
+    /// default) if the backend cannot, and the caller should pin and pop
+    /// under the guard.
     ///
     /// # Safety
     /// `stacks` describes stacks for every CPU id of this backend

@@ -124,12 +124,13 @@ pub(super) enum Local {
 
 /// An rseq critical section around `$body`: the code from the section's
 /// start to its commit, whose last instruction is the commit (one store).
-/// The body jumps to `4f` to leave without committing; the section ends
-/// at `4:`. `$ops` are the operands, which must include `off` (the rseq
+/// The body jumps to `4f` to leave without committing, or to `6f`, a stub
+/// out of line that sets `$miss` to `$missv` first; the section ends at
+/// `4:`. `$ops` are the operands, which must include `off` (the rseq
 /// area's offset) and a scratch `tmp`.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_section {
-    ([$($body:expr),* $(,)?], $($ops:tt)*) => {
+    ([$($body:expr),* $(,)?], $miss:literal, $($ops:tt)*) => {
         core::arch::asm!(
             // Arm the section (again after an abort: the kernel clears
             // `rseq_cs` when it restarts one).
@@ -139,14 +140,19 @@ macro_rules! rseq_section {
             "3:",
             $($body,)*
             "4:",
-            "jmp 7f",
-            // The signature glibc registered (RSEQ_SIG on x86_64), as the
-            // operand of a `ud1`, right before the abort handler.
+            // Out of line (as librseq does), so that the fast path runs
+            // straight through: the signature glibc registered (RSEQ_SIG
+            // on x86_64) as the operand of a `ud1` right before the abort
+            // handler, and the miss stub.
+            ".pushsection __rseq_failure, \"ax\"",
             ".byte 0x0f, 0xb9, 0x3d",
             ".long 0x53053053",
             "8:",
             "jmp 2b",
-            "7:",
+            "6:",
+            $miss,
+            "jmp 4b",
+            ".popsection",
             // Disarm: the descriptor lives in this object's image, which
             // may be unmapped later (a `dlclose`d library); the ABI asks
             // user space to clear the pointer before that.
@@ -194,6 +200,7 @@ macro_rules! rseq_try_lock {
                     "xor {busy:e}, {busy:e}",
                     "mov dword ptr [{tmp}], 1",
                 ],
+                "",
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,

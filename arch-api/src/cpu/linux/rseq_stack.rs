@@ -24,22 +24,22 @@ use crate::cpu::{LocalOp, LocalStacks};
 /// cache line, as the locks).
 pub(super) const HEAD_SHIFT: u32 = 6;
 
-/// The sections' common start: the caller's CPU id in `id` (status 2 and
-/// out if it is at or above `nr`), that CPU's lock tested (status 1 and
-/// out if held), `tmp` at its stack's description and `n` its length.
+/// The sections' common start: the caller's CPU id in `id` (out to the
+/// miss stub if it is at or above `nr`), that CPU's lock tested (the miss
+/// stub if held), `tmp` at its stack's description and `n` its length.
+/// The miss stub sets `id` to `usize::MAX`, so `id < nr` alone says the
+/// section committed, and the fast path needs no status register.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_stack_line {
     () => {
         concat!(
-            "mov {st:e}, 2\n",
             "mov {id:e}, dword ptr fs:[{off} + 4]\n",
             "cmp {id}, {nr}\n",
-            "jae 4f\n",
-            "mov {st:e}, 1\n",
+            "jae 6f\n",
             "mov {tmp}, {id}\n",
             "shl {tmp}, 6\n",
             "cmp dword ptr [{locks} + {tmp}], 0\n",
-            "jne 4f\n",
+            "jne 6f\n",
             "add {tmp}, {heads}\n",
             "mov {n}, qword ptr [{tmp} + 8]",
         )
@@ -47,13 +47,13 @@ macro_rules! rseq_stack_line {
 }
 
 /// The pop section. `$window` is extra code between the load of the word
-/// and the commit (empty except in the unit tests, which widen it).
+/// and the commit, with `$extra` its operands (empty except in the unit
+/// tests, which widen it).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_pop {
-    ($locks:expr, $nr:expr, $stacks:expr, $window:literal) => {{
+    ($locks:expr, $nr:expr, $stacks:expr, $window:literal $(, ($($extra:tt)*))?) => {{
         let s: &LocalStacks = $stacks;
         let id: usize;
-        let st: usize;
         let v: usize;
         // SAFETY: the callers (`pop`, the tests) pass `$locks` pointing to
         // `$nr` 64-byte `CpuLock`s and stacks under `LocalStacks::new`'s
@@ -65,54 +65,53 @@ macro_rules! rseq_pop {
             rseq_section!(
                 [
                     rseq_stack_line!(),
-                    "mov {v}, qword ptr [{tmp}]",
                     "sub {n}, 1",
                     "cmp {n}, {cap}",
-                    "jae 4f",
+                    "jae 6f",
+                    "mov {v}, qword ptr [{tmp}]",
                     "mov {v}, qword ptr [{v} + {n} * 8]",
                     $window,
-                    "xor {st:e}, {st:e}",
                     "mov qword ptr [{tmp} + 8], {n}",
                 ],
+                "mov {id}, -1",
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,
                 heads = in(reg) s.heads(),
                 cap = in(reg) s.cap(),
                 id = out(reg) id,
-                st = out(reg) st,
                 v = out(reg) v,
                 tmp = out(reg) _,
                 n = out(reg) _,
+                $($($extra)*)?
                 options(nostack),
             );
         }
-        (id, st, v)
+        (id, v)
     }};
 }
 
-/// The push section (`$window` as in `rseq_pop!`).
+/// The push section (`$window` and `$extra` as in `rseq_pop!`).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_push {
-    ($locks:expr, $nr:expr, $stacks:expr, $value:expr, $window:literal) => {{
+    ($locks:expr, $nr:expr, $stacks:expr, $value:expr, $window:literal $(, ($($extra:tt)*))?) => {{
         let s: &LocalStacks = $stacks;
         let id: usize;
-        let st: usize;
         // SAFETY: as in `rseq_pop!`; the section also writes the slot at
         // the stack's length, which no one reads before a commit.
         unsafe {
             rseq_section!(
                 [
                     rseq_stack_line!(),
-                    "mov {h}, qword ptr [{tmp}]",
                     "cmp {n}, {cap}",
-                    "jae 4f",
+                    "jae 6f",
+                    "mov {h}, qword ptr [{tmp}]",
                     "mov qword ptr [{h} + {n} * 8], {val}",
                     "add {n}, 1",
                     $window,
-                    "xor {st:e}, {st:e}",
                     "mov qword ptr [{tmp} + 8], {n}",
                 ],
+                "mov {id}, -1",
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,
@@ -120,27 +119,28 @@ macro_rules! rseq_push {
                 cap = in(reg) s.cap(),
                 val = in(reg) $value,
                 id = out(reg) id,
-                st = out(reg) st,
                 tmp = out(reg) _,
                 h = out(reg) _,
                 n = out(reg) _,
+                $($($extra)*)?
                 options(nostack),
             );
         }
-        (id, st)
+        id
     }};
 }
 
-/// What a section's status register says.
+/// What a section's `id` says: committed on CPU `id` if below `nr`; else
+/// a miss (the stack empty or full, the CPU's lock held, or no usable
+/// `cpu_id`, which the caller's guard path handles by
+/// `sched_getcpu()`'s lock taken the remote way).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 #[inline(always)]
-fn classify(id: usize, st: usize, value: usize) -> LocalOp {
-    match st {
-        0 => LocalOp::Done { cpu: id, value },
-        1 => LocalOp::Miss,
-        // No usable `cpu_id` (or one at or above `nr`): the guard path
-        // takes `sched_getcpu()`'s lock the remote way.
-        _ => LocalOp::Pin,
+fn classify(id: usize, nr: usize, value: usize) -> LocalOp {
+    if id < nr {
+        LocalOp::Done { cpu: id, value }
+    } else {
+        LocalOp::Miss
     }
 }
 
@@ -155,8 +155,8 @@ pub(super) unsafe fn pop(locks: &[CpuLock], nr: usize, stacks: &LocalStacks) -> 
     debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
     #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
     {
-        let (id, st, v) = rseq_pop!(locks.as_ptr(), nr, stacks, "");
-        return classify(id, st, v);
+        let (id, v) = rseq_pop!(locks.as_ptr(), nr, stacks, "");
+        return classify(id, nr, v);
     }
     #[allow(unreachable_code)]
     {
@@ -179,8 +179,8 @@ pub(super) unsafe fn push(
     debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
     #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
     {
-        let (id, st) = rseq_push!(locks.as_ptr(), nr, stacks, value, "");
-        return classify(id, st, 0);
+        let id = rseq_push!(locks.as_ptr(), nr, stacks, value, "");
+        return classify(id, nr, 0);
     }
     #[allow(unreachable_code)]
     {

@@ -69,24 +69,26 @@ fn locks(nr: usize) -> Vec<CpuLock> {
 }
 
 fn pop_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks) -> LocalOp {
-    let (id, st, v) = rseq_pop!(
+    let (id, v) = rseq_pop!(
         locks.as_ptr(),
         nr,
         s,
-        "mov {st:e}, 300\n9:\npause\ndec {st:e}\njnz 9b"
+        "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
+        (w = out(reg) _,)
     );
-    classify(id, st, v)
+    classify(id, nr, v)
 }
 
 fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> LocalOp {
-    let (id, st) = rseq_push!(
+    let id = rseq_push!(
         locks.as_ptr(),
         nr,
         s,
         value,
-        "mov {st:e}, 300\n9:\npause\ndec {st:e}\njnz 9b"
+        "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
+        (w = out(reg) _,)
     );
-    classify(id, st, 0)
+    classify(id, nr, 0)
 }
 
 /// `pop` for the tests, which check `active()` first and pass `nr` locks

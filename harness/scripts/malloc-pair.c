@@ -1,0 +1,86 @@
+/* The fast paths of a preloaded malloc, without the harness around them
+ * (issue 18, BENCHMARKS.md "Session 15"): ns per malloc/free pair, best of
+ * five rounds, for
+ *   pair: malloc(16) then free of it, 20 M times (LIFO: always the fast path);
+ *   ws:   a working set of 5000 blocks, each step frees a random one and
+ *         allocates a Pareto size up to 1 KiB in its place (alloc-test's
+ *         pattern), writing the block's first word and checking it at free.
+ *
+ *   cc -O2 -o /tmp/malloc-pair harness/scripts/malloc-pair.c -lm
+ *   LD_PRELOAD=target/release/libkmm_malloc.so KMM_SLUB_FRONT=sheaves /tmp/malloc-pair
+ *   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 /tmp/malloc-pair
+ *
+ * Run the allocators alternately and compare ratios: the machine drifts.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static uint64_t x = 88172645463325252ull;
+static inline uint64_t rnd(void) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+enum { SET = 5000, SIZES = 1 << 16 };
+static void *set[SET];
+/* Drawn up front, so that every allocator pays the same for its sizes. */
+static unsigned short sizes[SIZES];
+
+int main(void) {
+  const long pairs = 20000000, steps = 2000000;
+  void *volatile sink;
+  double pair = 1e30, ws = 1e30;
+  long bad = 0;
+  for (int r = 0; r < 5; r++) {
+    double t0 = now();
+    for (long i = 0; i < pairs; i++) {
+      void *p = malloc(16);
+      sink = p;
+      free(p);
+    }
+    double t = (now() - t0) / pairs;
+    pair = t < pair ? t : pair;
+  }
+  for (int i = 0; i < SIZES; i++) {
+    double u = ((rnd() >> 44) + 1) / (double)(1 << 20);
+    size_t s = (size_t)(8.0 / pow(u, 1 / 1.2));
+    sizes[i] = s > 1024 ? 1024 : s;
+  }
+  for (int i = 0; i < SET; i++) {
+    set[i] = malloc(16);
+    *(uintptr_t *)set[i] = (uintptr_t)set[i];
+  }
+  for (int r = 0; r < 5; r++) {
+    double t0 = now();
+    for (long i = 0; i < steps; i++) {
+      uint64_t y = rnd();
+      unsigned k = (y >> 20) % SET;
+      bad += *(uintptr_t *)set[k] != (uintptr_t)set[k];
+      free(set[k]);
+      void *p = malloc(sizes[(y >> 40) & (SIZES - 1)]);
+      *(uintptr_t *)p = (uintptr_t)p;
+      set[k] = p;
+    }
+    double t = (now() - t0) / steps;
+    ws = t < ws ? t : ws;
+  }
+  for (int i = 0; i < SET; i++)
+    free(set[i]);
+  printf("pair %.2f ns  ws %.2f ns\n", pair, ws);
+  if (bad) {
+    fprintf(stderr, "%ld blocks overwritten\n", bad);
+    return 1;
+  }
+  return 0;
+}

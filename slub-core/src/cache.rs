@@ -151,9 +151,10 @@ pub struct KmemCache<K: Platform> {
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
     mode: AtomicU8,
-    tid: TidFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
-    /// Has no per-CPU array on a tid cache.
+    /// Has no per-CPU array on a tid cache. Its fast-path fields come
+    /// first, on `mode`'s line.
     sheaves: SheafFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
+    tid: TidFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     flags: CacheFlags,
     name: &'static str,
     nr_cpus: usize,

@@ -34,6 +34,7 @@ const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
 
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
 /// sheaves and the barn.
+#[repr(C)]
 pub(crate) struct SheafFront<P, C, D, R: RawMutex> {
     cpu: PerCpu<CpuSheaves>,
     /// The barn's sheaf capacity, beside `cpu`: the fast paths read both,

@@ -86,35 +86,37 @@ impl Counters {
 
 /// Where things are inside a slab of a given cache. Constant per cache.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub(crate) struct Geometry {
-    /// Object size the user asked for.
-    pub(crate) size: usize,
-    /// Object stride.
-    pub(crate) slot: usize,
-    /// Objects per slab.
-    pub(crate) objects: usize,
-    /// Slab size (a power of two; slabs are aligned to it).
-    pub(crate) slab_bytes: usize,
+    // The fast free's fields first (`is_object_in_own_slab`), then the rest.
     /// `slab_bytes - 1`: the offset of an address inside its slab is
     /// `addr & mask` (one instruction fewer than deriving it on every free).
     #[cfg_attr(feature = "debug", allow(dead_code))]
     mask: usize,
-    /// `!mask`: the slab base of an address is `addr & base_mask`.
-    base_mask: usize,
     /// Offset of the first object (the header rounded up to the alignment).
     pub(crate) first: usize,
-    /// `objects * slot`.
-    pub(crate) span: usize,
-    /// Offset of the freelist pointer inside a free object.
-    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
-    pub(crate) fp_off: usize,
     /// `slot = 2^shift * odd` and `inv` is `odd`'s inverse mod 2^64. Then
     /// `(off * inv).rotate_right(shift)` is `off / slot` when `slot` divides
     /// `off`, and above `u64::MAX / slot` (so at least `objects`) when it
     /// does not (Granlund–Montgomery): one multiply and one rotate decide
     /// "an object boundary inside the slab", no divide.
-    shift: u32,
     inv: u64,
+    /// Objects per slab.
+    pub(crate) objects: usize,
+    shift: u32,
+    /// Object size the user asked for.
+    pub(crate) size: usize,
+    /// Object stride.
+    pub(crate) slot: usize,
+    /// Slab size (a power of two; slabs are aligned to it).
+    pub(crate) slab_bytes: usize,
+    /// `!mask`: the slab base of an address is `addr & base_mask`.
+    base_mask: usize,
+    /// `objects * slot`.
+    pub(crate) span: usize,
+    /// Offset of the freelist pointer inside a free object.
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
+    pub(crate) fp_off: usize,
 }
 
 impl Geometry {

@@ -61,29 +61,35 @@ pub(crate) struct SlabsConfig {
 
 /// A cache's slabs: geometry, freelist encoding, page source, CPUs, the node
 /// and the counters.
+///
+/// In declaration order (`repr(C)`): what the fast paths read first (the
+/// geometry, its `free` fields at its start, then the CPUs and the
+/// counters' switch, which every call reads), so that the fast paths read
+/// as few lines of the cache as they can; what slow paths write last.
+#[repr(C)]
 pub(crate) struct Slabs<P, C, D, R: RawMutex> {
     geo: Geometry,
-    codec: Codec,
     cpus: C,
+    /// Whether `stat` counts the fast-path items.
+    #[cfg(feature = "stats")]
+    fast_path_stats: bool,
+    #[cfg(feature = "stats")]
+    stats: crate::percpu::PerCpu<crate::stats::CpuStats>,
+    codec: Codec,
     pages: P,
-    /// Written by every slow path that takes the lock: on lines of its own,
-    /// away from the read-mostly fields every fast path reads.
-    node: CachePadded<Node<R>>,
     min_partial: usize,
     cpu_partial: usize,
     random_freelist: bool,
     new_slab_hook: Option<crate::cache::NewSlabHook>,
-    /// Slabs obtained from the page source and not yet returned.
-    nr_slabs: CachePadded<AtomicUsize>,
     rng: AtomicU64,
     /// `SLAB_MAGIC ^ secret`, in every slab header of this cache.
     magic: u64,
-    #[cfg(feature = "stats")]
-    stats: crate::percpu::PerCpu<crate::stats::CpuStats>,
-    /// Whether `stat` counts the fast-path items.
-    #[cfg(feature = "stats")]
-    fast_path_stats: bool,
     _cas: PhantomData<D>,
+    /// Written by every slow path that takes the lock: on lines of its own,
+    /// away from the read-mostly fields every fast path reads.
+    node: CachePadded<Node<R>>,
+    /// Slabs obtained from the page source and not yet returned.
+    nr_slabs: CachePadded<AtomicUsize>,
 }
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {

@@ -151,8 +151,9 @@ pub struct KmemCache<K: Platform> {
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
     mode: AtomicU8,
-    /// Has no per-CPU array on a tid cache. Its fast-path fields come
-    /// first, on `mode`'s line.
+    /// Has no per-CPU array on a tid cache. Its fast-path fields (the
+    /// per-CPU array and the sheaf capacity) share one line, ahead of the
+    /// barn.
     sheaves: SheafFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     tid: TidFront<PlatformMem<K>, K::Cpu, K::DwCas, K::Lock>,
     flags: CacheFlags,

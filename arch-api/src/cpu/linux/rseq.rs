@@ -125,8 +125,8 @@ pub(super) enum Local {
 /// An rseq critical section around `$body`: the code from the section's
 /// start to its commit, whose last instruction is the commit (one store).
 /// The body jumps to `4f` to leave without committing, or to `6f`, a stub
-/// out of line that sets `$miss` to `$missv` first; the section ends at
-/// `4:`. `$ops` are the operands, which must include `off` (the rseq
+/// out of line that runs `$miss` (an instruction) first; the section ends
+/// at `4:`. `$ops` are the operands, which must include `off` (the rseq
 /// area's offset) and a scratch `tmp`.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_section {

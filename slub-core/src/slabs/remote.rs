@@ -48,6 +48,18 @@ enum Mode {
     Locked,
 }
 
+/// What `__slab_free` pushes: the chain `head..=tail` of `cnt` linked
+/// objects of slab `x`; `single`: one object from a caller, whose double
+/// free is reported.
+#[derive(Clone, Copy)]
+struct Chain {
+    x: *mut Slab,
+    head: usize,
+    tail: usize,
+    cnt: usize,
+    single: bool,
+}
+
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// A single-object free that missed the CPU slab: ownership check (the
     /// slab header's magic; a line the CAS touches anyway), then
@@ -66,7 +78,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         } else {
             Mode::Unlocked
         };
-        self.slab_free_in(self.geo.base_of(p) as *mut Slab, p, p, 1, true, mode)
+        let chain = Chain {
+            x: self.geo.base_of(p) as *mut Slab,
+            head: p,
+            tail: p,
+            cnt: 1,
+            single: true,
+        };
+        self.slab_free_in(chain, mode)
     }
 
     /// Frees one object the cache itself held (a sheaf's) straight to its
@@ -89,24 +108,22 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         cnt: usize,
         single: bool,
     ) -> Result<(), FreeError> {
-        self.slab_free_in(x, head, tail, cnt, single, Mode::Unlocked)
-            .map(|_| ())
+        let chain = Chain {
+            x,
+            head,
+            tail,
+            cnt,
+            single,
+        };
+        self.slab_free_in(chain, Mode::Unlocked).map(|_| ())
     }
 
     /// The loop of [`slab_free_chain`](Self::slab_free_chain) in `mode`
     /// (`Unlocked` or `Freezing`): the slab if the free froze it.
     #[inline(always)]
-    fn slab_free_in(
-        &self,
-        x: *mut Slab,
-        head: usize,
-        tail: usize,
-        cnt: usize,
-        single: bool,
-        mode: Mode,
-    ) -> Result<Option<*mut Slab>, FreeError> {
+    fn slab_free_in(&self, c: Chain, mode: Mode) -> Result<Option<*mut Slab>, FreeError> {
         loop {
-            match self.free_attempt(x, head, tail, cnt, single, mode)? {
+            match self.free_attempt(c, mode)? {
                 Attempt::Done { frozen, .. } => {
                     self.stat_here(StatItem::FreeSlowpath);
                     if frozen {
@@ -116,12 +133,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                 }
                 Attempt::Froze => {
                     self.stat_here(StatItem::FreeSlowpath);
-                    return Ok(Some(x));
+                    return Ok(Some(c.x));
                 }
                 Attempt::NeedsLock => {
-                    return self
-                        .slab_free_locked(x, head, tail, cnt, single)
-                        .map(|()| None);
+                    return self.slab_free_locked(c).map(|()| None);
                 }
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
@@ -133,18 +148,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// `min_partial`), one that was full goes on the partial list.
     #[cold]
     #[inline(never)]
-    fn slab_free_locked(
-        &self,
-        x: *mut Slab,
-        head: usize,
-        tail: usize,
-        cnt: usize,
-        single: bool,
-    ) -> Result<(), FreeError> {
+    fn slab_free_locked(&self, c: Chain) -> Result<(), FreeError> {
+        let x = c.x;
         let end = end_token(x as usize);
         let mut n = self.node.lock();
         let (frozen, prior, inuse) = loop {
-            match self.free_attempt(x, head, tail, cnt, single, Mode::Locked)? {
+            match self.free_attempt(c, Mode::Locked)? {
                 Attempt::Done {
                     frozen,
                     prior,
@@ -185,15 +194,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// it is pushed with the frozen bit set (`Froze`), so the slab goes to
     /// the caller's CPU instead of a node list.
     #[inline(always)]
-    fn free_attempt(
-        &self,
-        x: *mut Slab,
-        head: usize,
-        tail: usize,
-        cnt: usize,
-        single: bool,
-        mode: Mode,
-    ) -> Result<Attempt, FreeError> {
+    fn free_attempt(&self, chain: Chain, mode: Mode) -> Result<Attempt, FreeError> {
+        let Chain {
+            x,
+            head,
+            tail,
+            cnt,
+            single,
+        } = chain;
         // SAFETY: `x` is a live slab of this cache (checked by the caller).
         let st = unsafe { &(*x).state };
         let hi = st.load_hi(Ordering::Acquire);

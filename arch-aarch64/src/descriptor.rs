@@ -335,6 +335,20 @@ impl<G: Granule> PageTableEntry for Descriptor<G> {
         }
         m
     }
+
+    /// The access flag set, and not a writable-clean page under hardware
+    /// dirty-state management (`DBM`, bit 51, with `AP[2]` read-only, which
+    /// the MMU would clear on the first write). Hardware updates only ever
+    /// set `AF` and clear `AP[2]` of a `DBM` descriptor (Arm ARM, DDI 0487,
+    /// "Hardware management of the Access flag and dirty state"), so such a
+    /// descriptor is final. [`new_leaf`](Self::new_leaf) sets `AF` and never
+    /// `DBM`.
+    #[inline]
+    fn mmu_settled(self) -> bool {
+        const DBM: u64 = 1 << 51;
+        let (af, ro) = (DescriptorFlags::AF.bits(), DescriptorFlags::AP_RO.bits());
+        self.raw & af != 0 && self.raw & (DBM | ro) != DBM | ro
+    }
 }
 
 #[cfg(test)]
@@ -450,6 +464,30 @@ mod tests {
         let d = Descriptor64K::from_raw(0xdead_beef_cafe_f00d);
         assert_eq!(d.addr().as_u64() | d.flags().bits(), d.raw());
         assert_eq!(d.addr().as_u64() & d.flags().bits(), 0);
+    }
+
+    #[test]
+    fn settled_means_af_and_no_pending_dirty_update() {
+        let pa = PhysAddr::new(0x8000_1000);
+        for f in [
+            MapFlags::WRITE | MapFlags::GLOBAL,
+            MapFlags::USER,
+            MapFlags::empty(),
+        ] {
+            assert!(Descriptor4K::new_leaf(pa, f, 3).mmu_settled());
+        }
+        let kernel_rw = Descriptor4K::new_leaf(pa, MapFlags::WRITE | MapFlags::GLOBAL, 3).raw();
+        let af = DescriptorFlags::AF.bits();
+        let ro = DescriptorFlags::AP_RO.bits();
+        const DBM: u64 = 1 << 51;
+        // AF clear: hardware AF management would set it.
+        assert!(!Descriptor4K::from_raw(kernel_rw & !af).mmu_settled());
+        // DBM with AP[2] set: writable-clean, the first write clears AP[2].
+        assert!(!Descriptor4K::from_raw(kernel_rw | DBM | ro).mmu_settled());
+        // DBM with AP[2] clear: already dirty.
+        assert!(Descriptor4K::from_raw(kernel_rw | DBM).mmu_settled());
+        // Read-only without DBM: nothing for the MMU to change.
+        assert!(Descriptor4K::from_raw(kernel_rw | ro).mmu_settled());
     }
 
     #[test]

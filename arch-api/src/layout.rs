@@ -72,6 +72,24 @@ pub trait PageTableEntry: Copy + Eq + Debug + Send + Sync + 'static {
     fn new_leaf(frame: PhysAddr, flags: MapFlags, level: usize) -> Self;
     /// The neutral attributes of a leaf (the inverse of [`new_leaf`](Self::new_leaf)).
     fn map_flags(self) -> MapFlags;
+    /// Whether the MMU can no longer change this present leaf: every bit the
+    /// hardware sets on its own (accessed, dirty) is already set, or this
+    /// architecture's MMU never writes entries.
+    ///
+    /// A walker that owns the table (no other software writes the entry)
+    /// may then clear the leaf with a plain load and store: the value it
+    /// read is the value the entry has when it vanishes. Otherwise it must
+    /// clear with an atomic exchange (Linux's `ptep_get_and_clear`) so that
+    /// an accessed or dirty bit set in between is not lost. The exchange is
+    /// a LOCKed instruction per page on x86; kernel mappings are created
+    /// with accessed and dirty already set (Linux's `PAGE_KERNEL`) so that
+    /// neither the MMU's update nor the exchange is ever needed for them.
+    ///
+    /// The default, `false`, is always correct.
+    #[inline]
+    fn mmu_settled(self) -> bool {
+        false
+    }
 }
 
 /// The geometry of a page-table tree.

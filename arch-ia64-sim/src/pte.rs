@@ -266,6 +266,14 @@ impl PageTableEntry for Ia64Pte {
         flags.set(MapFlags::DEVICE, self.ma() != MA_WB);
         flags
     }
+
+    /// Always: the Itanium MMU never writes a PTE. A clear accessed or dirty
+    /// bit raises a fault (the Data Access Bit and Data Dirty Bit faults of
+    /// the Itanium Architecture SDM, Vol. 2) and software sets it.
+    #[inline]
+    fn mmu_settled(self) -> bool {
+        true
+    }
 }
 
 #[cfg(all(test, not(kmm_loom)))]
@@ -275,6 +283,19 @@ mod tests {
     use arch_api::conformance;
 
     const PA: PhysAddr = PhysAddr::new(0x1234_5678_0000);
+
+    #[test]
+    fn every_entry_is_settled() {
+        // The MMU faults instead of writing accessed / dirty bits.
+        let e = Ia64Pte::new_leaf(PA, MapFlags::WRITE, 3);
+        assert!(e.mmu_settled());
+        assert!(
+            Ia64Pte::from_raw(
+                e.raw() & !(Ia64PteFlags::ACCESSED.bits() | Ia64PteFlags::DIRTY.bits())
+            )
+            .mmu_settled()
+        );
+    }
 
     #[test]
     fn entries_round_trip() {

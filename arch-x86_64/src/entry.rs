@@ -315,6 +315,16 @@ impl<const LEVELS: usize> PageTableEntry for X86Entry<LEVELS> {
         }
         m
     }
+
+    /// Accessed and dirty both set: the processor sets those two flags and
+    /// no other (Intel SDM Vol. 3A §4.8, "Accessed and Dirty Flags"), so it
+    /// has nothing left to write. [`new_leaf`](Self::new_leaf) sets both, as
+    /// Linux's `PAGE_KERNEL` does.
+    #[inline]
+    fn mmu_settled(self) -> bool {
+        let ad = X86Flags::ACCESSED.bits() | X86Flags::DIRTY.bits();
+        self.0 & ad == ad
+    }
 }
 
 #[cfg(test)]
@@ -396,6 +406,24 @@ mod tests {
         for level in 0..4 {
             assert_eq!(e.kind(level), EntryKind::None);
         }
+    }
+
+    #[test]
+    fn settled_means_accessed_and_dirty() {
+        for f in [
+            MapFlags::WRITE | MapFlags::GLOBAL,
+            MapFlags::USER,
+            MapFlags::DEVICE,
+        ] {
+            assert!(Pml4Entry::new_leaf(PhysAddr::new(0x5000), f, PT_4).mmu_settled());
+        }
+        assert!(Pml4Entry::from_raw(RAW_PD_LEAF).mmu_settled());
+        // A user page as a fault handler leaves it: P|RW|US|A, not yet dirty.
+        assert!(!Pml4Entry::from_raw(0x8000_0000_1234_5027).mmu_settled());
+        // Neither accessed nor dirty.
+        assert!(!Pml4Entry::from_raw(0x8000_0000_1234_5007).mmu_settled());
+        // Dirty without accessed (software may write that): still not final.
+        assert!(!Pml4Entry::from_raw(0x8000_0000_1234_5047).mmu_settled());
     }
 
     #[test]

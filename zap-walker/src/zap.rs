@@ -207,7 +207,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     }
                 }
                 EntryKind::Leaf if level == last || (addr % span == 0 && next - addr == span) => {
-                    self.clear_leaf(t, idx, level, addr, live, g);
+                    self.clear_leaf(t, idx, e, level, addr, live, g);
                     let c = budget.page_cost();
                     self.charge(budget, c);
                     next
@@ -217,7 +217,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                 // walker's contract under every budget. The walk goes on
                 // from the leaf's end, past the block's.
                 EntryKind::Leaf if addr % span == 0 && addr + (span - 1) <= self.zap_last => {
-                    self.clear_leaf(t, idx, level, addr, live, g);
+                    self.clear_leaf(t, idx, e, level, addr, live, g);
                     let c = budget.page_cost();
                     self.charge(budget, c);
                     return Ok(addr + span);
@@ -332,19 +332,21 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         Ok(reached)
     }
 
-    /// Clears the leaf at `idx` and queues its frame.
+    /// Clears the leaf at `idx` (loaded as `seen`) and queues its frame.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn clear_leaf<T: TlbFlush, const N: usize, S: FrameSink>(
         &mut self,
         t: TableRef,
         idx: usize,
+        seen: L::Entry,
         level: usize,
         addr: u64,
         live: &mut u64,
         g: &mut Gather<T, N, S>,
     ) {
-        // The swap returns the entry as the MMU left it (A/D bits included).
-        let old = L::Entry::from_raw(t.swap(idx, L::Entry::EMPTY.raw()));
+        // The entry as the MMU left it (A/D bits included).
+        let old = t.clear_leaf(idx, seen);
         *live -= 1;
         self.stats.leaves_cleared += 1;
         let span = L::entry_span(level);

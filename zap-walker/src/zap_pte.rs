@@ -8,9 +8,10 @@
 //! per entry: the entry after `i` is `i + 1` and covers the next page, every
 //! present entry is a base-page leaf, and the counters and the range can be
 //! kept in registers and written back once. What stays per entry is what the
-//! budget and the gather need: the atomic clear (the entry as the MMU left
-//! it), the charge and the exhaustion check (so the lock-break bound is the
-//! same as at any other level), and the frame record.
+//! budget and the gather need: the clear (the entry as the MMU left it; a
+//! plain store where the MMU has nothing left to set, an exchange
+//! otherwise), the charge and the exhaustion check (so the lock-break bound
+//! is the same as at any other level), and the frame record.
 
 use crate::budget::ZapBudget;
 use crate::errors::WalkError;
@@ -52,8 +53,8 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
                     budget.charge(empty_cost);
                 }
                 EntryKind::Leaf => {
-                    // The swap returns the entry as the MMU left it (A/D bits).
-                    let old = L::Entry::from_raw(t.swap(idx, L::Entry::EMPTY.raw()));
+                    // The entry as the MMU left it (A/D bits).
+                    let old = t.clear_leaf(idx, e);
                     *live -= 1;
                     cleared += 1;
                     lo = lo.min(addr);

@@ -40,7 +40,7 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
         return p;
     };
     if let Some(i) = kmalloc_index(size, align) {
-        return match km.caches()[i].alloc() {
+        return match km.alloc_class(i) {
             Ok(p) => p.as_ptr(),
             Err(_) => {
                 set_enomem();
@@ -108,7 +108,7 @@ fn dealloc(p: *mut u8) {
             let km = unsafe { kmalloc_ready() };
             // SAFETY: the table says `p` was handed out by class `v - 1`;
             // the cache checks the rest (its slab header is mapped: region).
-            if let Err(err) = unsafe { km.caches()[v as usize - 1].free(ptr) } {
+            if let Err(err) = unsafe { km.free_class(v as usize - 1, ptr) } {
                 free_error(err, a);
             }
             return;

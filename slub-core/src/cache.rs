@@ -13,7 +13,7 @@ use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::freelist::Codec;
 use crate::mem::PlatformMem;
 use crate::page_source::SlabPages;
-use crate::sheaves::SheafFront;
+use crate::sheaves::{Heads, SheafFront};
 use crate::slab::Geometry;
 use crate::slabs::{Slabs, SlabsConfig, mix};
 use crate::stats::SlabInfo;
@@ -229,6 +229,27 @@ impl<K: Platform> KmemCache<K> {
         cpus: K::Cpu,
         config: CacheConfig,
     ) -> Result<Self, CacheError> {
+        // SAFETY: no shared column: the cache allocates its own lines.
+        unsafe { Self::build(name, size, align, flags, mem, cpus, config, None) }
+    }
+
+    /// [`with_config`](Self::with_config), the per-CPU sheaves lines in
+    /// `column` of a shared area if given (`Kmalloc`'s).
+    ///
+    /// # Safety
+    /// A `column` is as `SheafLines::column` requires, for at least the
+    /// backend's `nr_cpus` CPUs.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn build(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: CacheFlags,
+        mem: K::Mem,
+        cpus: K::Cpu,
+        config: CacheConfig,
+        column: Option<Heads>,
+    ) -> Result<Self, CacheError> {
         let pages = PlatformMem::<K>(mem);
         if !align.is_power_of_two() {
             return Err(CacheError::BadAlign);
@@ -264,7 +285,9 @@ impl<K: Platform> KmemCache<K> {
             config.barn_max_full,
             config.barn_max_empty,
         );
-        let Some(mut sheaves) = SheafFront::new(&pages, nr_cpus, sheaves_on, barn) else {
+        // SAFETY: the caller's contract for `column`.
+        let sheaves = unsafe { SheafFront::new(&pages, nr_cpus, sheaves_on, barn, column) };
+        let Some(mut sheaves) = sheaves else {
             // SAFETY: just allocated from `pages`; nothing uses it.
             unsafe { tid.release(&pages) };
             return Err(CacheError::OutOfMemory);
@@ -316,8 +339,14 @@ impl<K: Platform> KmemCache<K> {
         })
     }
 
+    /// Where the sheaves front's per-CPU lines are.
+    #[inline(always)]
+    pub(crate) fn sheaf_heads(&self) -> Heads {
+        self.sheaves.heads()
+    }
+
     /// Whether [`destroy`](Self::destroy) has succeeded.
-    fn is_destroyed(&self) -> bool {
+    pub(crate) fn is_destroyed(&self) -> bool {
         self.mode.load(Ordering::Relaxed) == MODE_DESTROYED
     }
 
@@ -394,7 +423,23 @@ impl<K: Platform> KmemCache<K> {
         // front's step, or one call to the tid front's. Everything else
         // (guards, refills, errors, retries) is one out-of-line call, so
         // the fast path needs (almost) no stack frame.
-        if let Some(p) = self.alloc_fast() {
+        // SAFETY: the cache's own lines.
+        unsafe { self.alloc_at(|| self.sheaves.heads()) }
+    }
+
+    /// [`alloc`](Self::alloc), the sheaves front's lines at `at()` (computed
+    /// by a caller that knows where they are without loading it; called
+    /// only on the sheaves front, so a tid cache pays nothing for it).
+    ///
+    /// # Safety
+    /// `at()` is where this cache's sheaves lines are (`SheafFront::heads`).
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_at(
+        &self,
+        at: impl FnOnce() -> Heads,
+    ) -> Result<NonNull<u8>, AllocError> {
+        // SAFETY: the caller's contract.
+        if let Some(p) = unsafe { self.alloc_fast(at) } {
             return Ok(p);
         }
         let mut err = AllocError::OutOfMemory;
@@ -406,13 +451,17 @@ impl<K: Platform> KmemCache<K> {
 
     /// One try of the front's fast path; `None` sends the caller to the slow
     /// path, which starts over.
+    ///
+    /// # Safety
+    /// As [`alloc_at`](Self::alloc_at).
     #[cfg(not(feature = "debug"))]
     #[inline(always)]
-    fn alloc_fast(&self) -> Option<NonNull<u8>> {
+    unsafe fn alloc_fast(&self, at: impl FnOnce() -> Heads) -> Option<NonNull<u8>> {
         // One byte decides the front and "destroyed".
         let mode = self.mode.load(Ordering::Relaxed);
         let p = if mode == MODE_SHEAVES {
-            self.sheaves.alloc_fast(&self.slabs)?
+            // SAFETY: the caller's contract.
+            unsafe { self.sheaves.alloc_fast(&self.slabs, at())? }
         } else if mode == MODE_TID {
             self.tid_alloc_fast()?
         } else {
@@ -436,7 +485,8 @@ impl<K: Platform> KmemCache<K> {
     /// poison).
     #[cfg(feature = "debug")]
     #[inline(always)]
-    fn alloc_fast(&self) -> Option<NonNull<u8>> {
+    unsafe fn alloc_fast(&self, at: impl FnOnce() -> Heads) -> Option<NonNull<u8>> {
+        let _ = at;
         None
     }
 
@@ -481,8 +531,24 @@ impl<K: Platform> KmemCache<K> {
         // As `alloc`: an inlined leaf that only succeeds (or, on the tid
         // front, hands an object of another slab to that slab, out of
         // line), then one call.
+        // SAFETY: the caller's contract; the cache's own lines.
+        unsafe { self.free_at(ptr, || self.sheaves.heads()) }
+    }
+
+    /// [`free`](Self::free), the sheaves front's lines at `at` (as
+    /// [`alloc_at`](Self::alloc_at)).
+    ///
+    /// # Safety
+    /// As [`free`](Self::free) and [`alloc_at`](Self::alloc_at).
+    #[inline(always)]
+    pub(crate) unsafe fn free_at(
+        &self,
+        ptr: NonNull<u8>,
+        at: impl FnOnce() -> Heads,
+    ) -> Result<(), FreeError> {
         let p = ptr.as_ptr() as usize;
-        match self.free_fast(p) {
+        // SAFETY: the caller's contract.
+        match unsafe { self.free_fast(p, at) } {
             Some(done) => done,
             // SAFETY: the caller's contract.
             None => unsafe { self.free_slow_call(ptr) },
@@ -495,15 +561,24 @@ impl<K: Platform> KmemCache<K> {
     /// lost CAS, …) sends the caller there, which starts over and reports
     /// the error if any; the tid front's free to another slab answers
     /// here.
+    ///
+    /// # Safety
+    /// As [`alloc_at`](Self::alloc_at).
     #[cfg(not(feature = "debug"))]
     #[inline(always)]
-    fn free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
+    unsafe fn free_fast(
+        &self,
+        p: usize,
+        at: impl FnOnce() -> Heads,
+    ) -> Option<Result<(), FreeError>> {
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == MODE_DESTROYED || !self.slabs.geo().is_object_in_own_slab(p) {
             return None;
         }
         if mode == MODE_SHEAVES {
-            (self.sheaves.free_fast(&self.slabs, p) == FastFree::Done).then_some(Ok(()))
+            // SAFETY: the caller's contract.
+            let done = unsafe { self.sheaves.free_fast(&self.slabs, p, at()) };
+            (done == FastFree::Done).then_some(Ok(()))
         } else {
             self.tid_free_fast(p)
         }
@@ -526,8 +601,12 @@ impl<K: Platform> KmemCache<K> {
     /// poison).
     #[cfg(feature = "debug")]
     #[inline(always)]
-    fn free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
-        let _ = p;
+    unsafe fn free_fast(
+        &self,
+        p: usize,
+        at: impl FnOnce() -> Heads,
+    ) -> Option<Result<(), FreeError>> {
+        let _ = (p, at);
         None
     }
 

@@ -7,6 +7,8 @@ use crate::cache::{CacheConfig, CacheFlags, KmemCache};
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::mem::PlatformMem;
 use crate::page_source::SlabPages;
+use crate::sheaves::{Heads, SheafArea};
+use arch_api::CpuLocal;
 use arch_api::Platform;
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -49,9 +51,18 @@ const NAMES: [&str; NR_KMALLOC_CLASSES] = [
     "kmalloc-16k",
 ];
 
+// The shared sheaves area's rows are a stride the backends' guard-free
+// steps handle.
+const _: () = assert!(crate::sheaves::row_shift(NR_KMALLOC_CLASSES) == arch_api::LocalStacks::ROW);
+
 /// The kmalloc caches and the large-allocation path, on the platform `K`.
 pub struct Kmalloc<K: Platform> {
     caches: [KmemCache<K>; NR_KMALLOC_CLASSES],
+    /// The caches' per-CPU sheaves lines, a row per CPU (none on the tid
+    /// front): the fast paths compute a class's line from the class
+    /// instead of loading it from the cache. After `caches`, so that it is
+    /// dropped after them.
+    sheaf_area: SheafArea<PlatformMem<K>, NR_KMALLOC_CLASSES>,
     pages: PlatformMem<K>,
     /// Written by every large allocation and free: on lines of its own.
     large_bytes: CachePadded<AtomicUsize>,
@@ -112,18 +123,31 @@ where
         flags: CacheFlags,
         config: impl Fn(usize) -> CacheConfig,
     ) -> Result<Self, CacheError> {
+        let pages = PlatformMem::<K>(mem.clone());
+        let sheaf_area = if flags.contains(CacheFlags::SHEAVES) {
+            SheafArea::new(pages, cpus.nr_cpus().max(1)).ok_or(CacheError::OutOfMemory)?
+        } else {
+            SheafArea::none(pages)
+        };
         let made: [Result<KmemCache<K>, CacheError>; NR_KMALLOC_CLASSES] =
             core::array::from_fn(|i| {
                 let size = KMALLOC_MIN_SIZE << i;
-                KmemCache::with_config(
-                    names[i],
-                    size,
-                    size,
-                    flags,
-                    mem.clone(),
-                    cpus.clone(),
-                    config(size),
-                )
+                let column = sheaf_area.is_some().then(|| sheaf_area.heads(i));
+                // SAFETY: column `i` of a live area sized for the backend's
+                // CPUs, used by this cache only; the area is kept beside the
+                // caches and dropped after them.
+                unsafe {
+                    KmemCache::build(
+                        names[i],
+                        size,
+                        size,
+                        flags,
+                        mem.clone(),
+                        cpus.clone(),
+                        config(size),
+                        column,
+                    )
+                }
             });
         if let Some(Err(e)) = made.iter().find(|r| r.is_err()) {
             return Err(*e);
@@ -134,6 +158,7 @@ where
         });
         Ok(Self {
             caches,
+            sheaf_area,
             pages: PlatformMem(mem),
             large_bytes: CachePadded::new(AtomicUsize::new(0)),
             large_deferred: large_list::LargeList::new(),
@@ -158,6 +183,45 @@ impl<K: Platform> Kmalloc<K> {
         Some((size, layout.align().max(page)))
     }
 
+    /// Where class `i`'s sheaves lines are: computed from `i` on the
+    /// shared area, no load that waits for the class (`sheaves/lines.rs`).
+    /// On the tid front there is no area and the caches never look at it.
+    #[inline(always)]
+    fn heads(&self, i: usize) -> Heads {
+        let at = self.sheaf_area.heads(i);
+        debug_assert!(!self.sheaf_area.is_some() || at == self.caches[i].sheaf_heads());
+        at
+    }
+
+    /// An object of class `i` ([`kmalloc_index`]'s answer for the size):
+    /// what [`alloc`](Self::alloc) does for a small size, for a caller that
+    /// already knows the class (a table of classes, as kmm-malloc's).
+    ///
+    /// # Panics
+    /// If `i` is not below [`NR_KMALLOC_CLASSES`].
+    #[inline(always)]
+    pub fn alloc_class(&self, i: usize) -> Result<NonNull<u8>, AllocError> {
+        let c = &self.caches[i];
+        // SAFETY: class `i`'s lines (`heads`).
+        unsafe { c.alloc_at(|| self.heads(i)) }
+    }
+
+    /// Frees an object of class `i`.
+    ///
+    /// # Safety
+    /// `ptr` was returned by [`alloc_class`](Self::alloc_class) with `i` or
+    /// by [`alloc`](Self::alloc) with a layout of class `i`, and is not used
+    /// afterwards; the checks of [`KmemCache::free`] apply.
+    ///
+    /// # Panics
+    /// If `i` is not below [`NR_KMALLOC_CLASSES`].
+    #[inline(always)]
+    pub unsafe fn free_class(&self, i: usize, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let c = &self.caches[i];
+        // SAFETY: the caller's contract; class `i`'s lines (`heads`).
+        unsafe { c.free_at(ptr, || self.heads(i)) }
+    }
+
     /// `kmalloc`.
     #[inline(always)]
     pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
@@ -169,7 +233,7 @@ impl<K: Platform> Kmalloc<K> {
                 self.caches[i].set_requested_size(p, layout.size());
             }),
             #[cfg(not(feature = "debug"))]
-            Some(i) => self.caches[i].alloc(),
+            Some(i) => self.alloc_class(i),
             None => {
                 // As `KmemCache::alloc`'s slow path: the error comes back
                 // through `err`, so no path returns the `Result` in memory
@@ -237,7 +301,7 @@ impl<K: Platform> Kmalloc<K> {
     pub unsafe fn free(&self, ptr: NonNull<u8>, layout: Layout) -> Result<(), FreeError> {
         match kmalloc_index(layout.size(), layout.align()) {
             // SAFETY: the caller's contract.
-            Some(i) => unsafe { self.caches[i].free(ptr) },
+            Some(i) => unsafe { self.free_class(i, ptr) },
             // SAFETY: the caller's contract.
             None => unsafe { self.free_large(ptr, layout) },
         }
@@ -281,6 +345,10 @@ impl<K: Platform> Kmalloc<K> {
             if first.is_ok() {
                 first = r;
             }
+        }
+        if self.caches.iter().all(|c| c.is_destroyed()) {
+            // SAFETY: every cache is destroyed and has released its lines.
+            unsafe { self.sheaf_area.release() };
         }
         first
     }

@@ -58,12 +58,6 @@ impl<T> PerCpu<T> {
         unsafe { &*self.base.as_ptr().add(cpu) }
     }
 
-    /// CPU 0's line (the others follow, `size_of::<T>()` apart).
-    #[inline(always)]
-    pub(crate) fn base(&self) -> *const T {
-        self.base.as_ptr()
-    }
-
     /// The address of the array (entropy for the cache's secret).
     pub(crate) fn addr(&self) -> usize {
         self.base.as_ptr() as usize

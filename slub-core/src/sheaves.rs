@@ -13,30 +13,31 @@ use crate::barn::{Barn, Sheaf};
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
 use crate::page_source::PageSource;
-use crate::percpu::PerCpu;
 use crate::slabs::{Over, Slabs};
 use crate::stats::StatItem;
 use crate::tid::{FastFree, TidFront};
 use arch_api::sync::RawMutex;
-use arch_api::{DwCas, LocalOp, LocalStacks};
+use arch_api::{DwCas, LocalOp};
 use core::marker::PhantomData;
 use core::ptr::null_mut;
-use line::CpuSheaves;
+use lines::LINE_SHIFT;
+use lines::SheafLines;
+pub(crate) use lines::{Heads, SheafArea, row_shift};
 
 mod bulk;
 mod line;
+mod lines;
 mod nolock;
 
-/// log2 of a CPU's line: the backend's guard-free step finds CPU `i`'s
-/// slot pointer and count at `i << LINE_SHIFT` bytes from CPU 0's.
-const LINE_SHIFT: u32 = core::mem::size_of::<CpuSheaves>().trailing_zeros();
-const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
+// The backends' guard-free steps handle lines a line apart (a cache's own
+// block) and a row apart (`Kmalloc`'s shared area).
+const _: () = assert!(LINE_SHIFT == arch_api::LocalStacks::LINE);
 
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
 /// sheaves and the barn.
 #[repr(C)]
 pub(crate) struct SheafFront<P, C, D, R: RawMutex> {
-    cpu: PerCpu<CpuSheaves>,
+    cpu: SheafLines,
     /// The barn's sheaf capacity, beside `cpu`: the fast paths read both,
     /// and the barn's own copy sits behind its lock's padded line.
     cap: usize,
@@ -46,16 +47,25 @@ pub(crate) struct SheafFront<P, C, D, R: RawMutex> {
 
 impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// The front of a new cache with `nr_cpus` CPUs; with `enabled` false
-    /// (a tid cache) no per-CPU array is allocated and only the flushes may
-    /// be called (they find nothing). `None` if `pages` is out of memory.
-    pub(crate) fn new(pages: &P, nr_cpus: usize, enabled: bool, barn: Barn<R>) -> Option<Self> {
-        let cpu = if enabled {
-            // SAFETY: `PerCpu::new` hands out valid, aligned, unused lines.
-            PerCpu::new(pages, nr_cpus, |at: *mut CpuSheaves, _| unsafe {
-                at.write(CpuSheaves::new())
-            })?
-        } else {
-            PerCpu::empty()
+    /// (a tid cache) no per-CPU lines are allocated and only the flushes may
+    /// be called (they find nothing). The lines are `column` of a shared
+    /// area if given, else a block of the cache's own. `None` if `pages` is
+    /// out of memory.
+    ///
+    /// # Safety
+    /// A `column` is as [`SheafLines::column`] requires.
+    pub(crate) unsafe fn new(
+        pages: &P,
+        nr_cpus: usize,
+        enabled: bool,
+        barn: Barn<R>,
+        column: Option<Heads>,
+    ) -> Option<Self> {
+        let cpu = match (enabled, column) {
+            (false, _) => SheafLines::empty(),
+            // SAFETY: the caller's contract.
+            (true, Some(at)) => unsafe { SheafLines::column(at, nr_cpus) },
+            (true, None) => SheafLines::own(pages, nr_cpus)?,
         };
         Some(Self {
             cpu,
@@ -89,16 +99,14 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         self.cap
     }
 
-    /// The per-CPU sheaves as stacks of words, for the backend's guard-free
-    /// step ([`CpuLocal::pop_local`]): each CPU's line starts with its main
-    /// sheaf's slot array and fill count (`line.rs`).
+    /// Where the per-CPU lines are: for the backend's guard-free steps
+    /// ([`CpuLocal::pop_local`]), each CPU's line starting with its main
+    /// sheaf's slot array and fill count (`line.rs`). A caller that can
+    /// compute this without loading it (`Kmalloc`, from the class) passes
+    /// its own to the fast paths.
     #[inline(always)]
-    fn stacks(&self) -> LocalStacks {
-        // SAFETY: every CPU's line starts with the two words (asserted in
-        // `line.rs`), lines `1 << LINE_SHIFT` bytes apart; the slots are a
-        // live sheaf's `cap` slots whenever the count is at most `cap`; they
-        // are written only under the CPU's guard or by the backend's steps.
-        unsafe { LocalStacks::new(self.cpu.base().cast::<usize>(), LINE_SHIFT, self.cap()) }
+    pub(crate) fn heads(&self) -> Heads {
+        self.cpu.heads()
     }
 
     /// The sheaves fast path, one try: pop from the main sheaf. With a
@@ -106,9 +114,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// guard at all, with a guard-free step (an rseq section) none either,
     /// and anything else is left to the caller's slow path; otherwise the
     /// guard is taken (and dropped) in one out-of-line call.
+    ///
+    /// # Safety
+    /// `at` is [`heads`](Self::heads).
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    pub(crate) fn alloc_fast(&self, slabs: &Slabs<P, C, D, R>) -> Option<usize> {
+    pub(crate) unsafe fn alloc_fast(&self, slabs: &Slabs<P, C, D, R>, at: Heads) -> Option<usize> {
+        debug_assert_eq!(at, self.heads());
         if C::HAS_PINNED_CPU {
             let cpu = slabs.cpus().pinned_cpu()?;
             // SAFETY: the caller is pinned to `cpu` (the `pinned_cpu`
@@ -117,8 +129,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         } else {
             // A backend with a guard-free step (an rseq section) pops in
             // one restartable sequence.
-            // SAFETY: `stacks` describes this front's sheaves (its docs).
-            match unsafe { slabs.cpus().pop_local(&self.stacks()) } {
+            // SAFETY: `at` is where this front's lines are (the caller's
+            // contract), which `Heads::stacks` describes.
+            match unsafe { slabs.cpus().pop_local(&at.stacks(self.cap())) } {
                 LocalOp::Done { cpu, value } => {
                     slabs.stat(cpu, StatItem::AllocFastpath);
                     Some(value)
@@ -242,9 +255,18 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// The sheaves fast free, one try: push onto the main sheaf (guarded as
     /// in [`alloc_fast`](Self::alloc_fast)). `p` has passed
     /// the caller's checks.
+    ///
+    /// # Safety
+    /// As [`alloc_fast`](Self::alloc_fast).
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    pub(crate) fn free_fast(&self, slabs: &Slabs<P, C, D, R>, p: usize) -> FastFree {
+    pub(crate) unsafe fn free_fast(
+        &self,
+        slabs: &Slabs<P, C, D, R>,
+        p: usize,
+        at: Heads,
+    ) -> FastFree {
+        debug_assert_eq!(at, self.heads());
         let done = if C::HAS_PINNED_CPU {
             let Some(cpu) = slabs.cpus().pinned_cpu() else {
                 return FastFree::Slow;
@@ -253,7 +275,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             unsafe { self.sheaf_push(slabs, cpu, p) }
         } else {
             // SAFETY: as in `alloc_fast`.
-            match unsafe { slabs.cpus().push_local(&self.stacks(), p) } {
+            match unsafe { slabs.cpus().push_local(&at.stacks(self.cap()), p) } {
                 LocalOp::Done { cpu, .. } => {
                     slabs.stat(cpu, StatItem::FreeFastpath);
                     return FastFree::Done;

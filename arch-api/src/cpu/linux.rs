@@ -283,11 +283,12 @@ unsafe impl CpuLocal for LinuxCpus {
     }
 
     /// An rseq section on x86_64 (module `rseq_stack`) when the locks are
-    /// taken by rseq and the heads are 64 bytes apart; else
+    /// taken by rseq and the heads are a line or a row apart
+    /// ([`LocalStacks::LINE`], [`LocalStacks::ROW`]); else
     /// [`LocalOp::Pin`].
     #[inline(always)]
     unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
-        if self.rseq && stacks.head_shift() == rseq_stack::HEAD_SHIFT {
+        if self.rseq && rseq_stack::handles(stacks) {
             // SAFETY: `rseq` is set only when `rseq::active()` and
             // `locks.len() >= nr`; the caller's contract covers `stacks`.
             return unsafe { rseq_stack::pop(self.locks, self.nr, stacks) };
@@ -297,7 +298,7 @@ unsafe impl CpuLocal for LinuxCpus {
 
     #[inline(always)]
     unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
-        if self.rseq && stacks.head_shift() == rseq_stack::HEAD_SHIFT {
+        if self.rseq && rseq_stack::handles(stacks) {
             // SAFETY: as in `pop_local`.
             return unsafe { rseq_stack::push(self.locks, self.nr, stacks, value) };
         }

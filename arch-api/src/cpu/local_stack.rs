@@ -23,7 +23,9 @@
 /// length (the slots being the `usize`s from slot 0 on). The step reads
 /// one line and then the slot. A length above `cap` (a CPU without a
 /// stack, whose slot pointer may be null) makes both steps miss, so there
-/// is no separate null test.
+/// is no separate null test. Backends' guard-free steps may handle only
+/// the strides [`LINE`](Self::LINE) and [`ROW`](Self::ROW) and answer
+/// [`LocalOp::Pin`] for others.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalStacks {
     heads: *const usize,
@@ -32,6 +34,15 @@ pub struct LocalStacks {
 }
 
 impl LocalStacks {
+    /// `head_shift` of stacks one cache line apart (a block of per-CPU
+    /// lines of one user).
+    pub const LINE: u32 = 6;
+    /// `head_shift` of stacks in rows of 1 KiB (a row per CPU holding the
+    /// lines of up to 16 users that share one per-CPU area, as the kmalloc
+    /// caches do: a line's address is then computed from the user's index
+    /// and the CPU, with no load of the user's own base).
+    pub const ROW: u32 = 10;
+
     /// Describes the stacks: CPU `i`'s slot pointer and length at
     /// `heads + (i << head_shift)` bytes, `cap` slots per stack.
     ///

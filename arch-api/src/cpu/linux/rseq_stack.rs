@@ -14,24 +14,32 @@
 //! commit instead of the lock word. Neither step writes the lock, so a
 //! remote taker's read-back is unaffected.
 //!
-//! The sections index both the locks and the stacks' descriptions by
-//! `id << 6`: descriptions on other strides get [`LocalOp::Pin`].
+//! The sections index the locks by `id << 6` and the stacks' descriptions
+//! by `id << 6` ([`LocalStacks::LINE`]) or `id << 10`
+//! ([`LocalStacks::ROW`]): descriptions on other strides get
+//! [`LocalOp::Pin`].
 
 use super::CpuLock;
 use crate::cpu::{LocalOp, LocalStacks};
 
-/// The distance between two CPUs' descriptions the sections handle (one
-/// cache line, as the locks).
-pub(super) const HEAD_SHIFT: u32 = 6;
+/// The sections' extra shift (after the locks' `<< 6`) for row strides.
+const _: () = assert!(LocalStacks::LINE == 6 && LocalStacks::ROW == 6 + 4);
+
+/// Whether the sections handle `stacks`' stride.
+#[inline(always)]
+pub(super) fn handles(stacks: &LocalStacks) -> bool {
+    matches!(stacks.head_shift(), LocalStacks::LINE | LocalStacks::ROW)
+}
 
 /// The sections' common start: the caller's CPU id in `id` (out to the
 /// miss stub if it is at or above `nr`), that CPU's lock tested (the miss
 /// stub if held), `tmp` at its stack's description and `n` its length.
-/// The miss stub sets `id` to `usize::MAX`, so `id < nr` alone says the
-/// section committed, and the fast path needs no status register.
+/// `$row` is empty for descriptions a line apart, or the extra shift for
+/// rows. The miss stub sets `id` to `usize::MAX`, so `id < nr` alone says
+/// the section committed, and the fast path needs no status register.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_stack_line {
-    () => {
+    ($row:literal) => {
         concat!(
             "mov {id:e}, dword ptr fs:[{off} + 4]\n",
             "cmp {id}, {nr}\n",
@@ -40,31 +48,32 @@ macro_rules! rseq_stack_line {
             "shl {tmp}, 6\n",
             "cmp dword ptr [{locks} + {tmp}], 0\n",
             "jne 6f\n",
+            $row,
             "add {tmp}, {heads}\n",
             "mov {n}, qword ptr [{tmp} + 8]",
         )
     };
 }
 
-/// The pop section. `$window` is extra code between the load of the word
-/// and the commit, with `$extra` its operands (empty except in the unit
-/// tests, which widen it).
+/// The pop section. `$row` is as in [`rseq_stack_line!`]; `$window` is
+/// extra code between the load of the word and the commit, with `$extra`
+/// its operands (empty except in the unit tests, which widen it).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_pop {
-    ($locks:expr, $nr:expr, $stacks:expr, $window:literal $(, ($($extra:tt)*))?) => {{
+    ($locks:expr, $nr:expr, $stacks:expr, $row:literal, $window:literal $(, ($($extra:tt)*))?) => {{
         let s: &LocalStacks = $stacks;
         let id: usize;
         let v: usize;
         // SAFETY: the callers (`pop`, the tests) pass `$locks` pointing to
         // `$nr` 64-byte `CpuLock`s and stacks under `LocalStacks::new`'s
-        // contract with descriptions 64 bytes apart, and run only after
+        // contract at the stride `$row` is for, and run only after
         // `active()`, so `__rseq_offset` locates the thread's registered
         // area. The section writes only a stack's length word and the
         // area's `rseq_cs`.
         unsafe {
             rseq_section!(
                 [
-                    rseq_stack_line!(),
+                    rseq_stack_line!($row),
                     "sub {n}, 1",
                     "cmp {n}, {cap}",
                     "jae 6f",
@@ -91,10 +100,10 @@ macro_rules! rseq_pop {
     }};
 }
 
-/// The push section (`$window` and `$extra` as in `rseq_pop!`).
+/// The push section (`$row`, `$window` and `$extra` as in `rseq_pop!`).
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_push {
-    ($locks:expr, $nr:expr, $stacks:expr, $value:expr, $window:literal $(, ($($extra:tt)*))?) => {{
+    ($locks:expr, $nr:expr, $stacks:expr, $value:expr, $row:literal, $window:literal $(, ($($extra:tt)*))?) => {{
         let s: &LocalStacks = $stacks;
         let id: usize;
         // SAFETY: as in `rseq_pop!`; the section also writes the slot at
@@ -102,7 +111,7 @@ macro_rules! rseq_push {
         unsafe {
             rseq_section!(
                 [
-                    rseq_stack_line!(),
+                    rseq_stack_line!($row),
                     "cmp {n}, {cap}",
                     "jae 6f",
                     "mov {h}, qword ptr [{tmp}]",
@@ -148,14 +157,18 @@ fn classify(id: usize, nr: usize, value: usize) -> LocalOp {
 ///
 /// # Safety
 /// `super::rseq::active()` answered `true`; `locks` has at least `nr`
-/// entries; `stacks` is valid for ids below `nr`, descriptions 64 bytes
-/// apart.
+/// entries; `stacks` is valid for ids below `nr`, at a stride the
+/// sections [`handles`].
 #[inline(always)]
 pub(super) unsafe fn pop(locks: &[CpuLock], nr: usize, stacks: &LocalStacks) -> LocalOp {
-    debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
+    debug_assert!(locks.len() >= nr && handles(stacks));
     #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
     {
-        let (id, v) = rseq_pop!(locks.as_ptr(), nr, stacks, "");
+        let (id, v) = if stacks.head_shift() == LocalStacks::LINE {
+            rseq_pop!(locks.as_ptr(), nr, stacks, "", "")
+        } else {
+            rseq_pop!(locks.as_ptr(), nr, stacks, "shl {tmp}, 4\n", "")
+        };
         return classify(id, nr, v);
     }
     #[allow(unreachable_code)]
@@ -176,10 +189,14 @@ pub(super) unsafe fn push(
     stacks: &LocalStacks,
     value: usize,
 ) -> LocalOp {
-    debug_assert!(locks.len() >= nr && stacks.head_shift() == HEAD_SHIFT);
+    debug_assert!(locks.len() >= nr && handles(stacks));
     #[cfg(all(target_arch = "x86_64", target_env = "gnu", not(miri)))]
     {
-        let id = rseq_push!(locks.as_ptr(), nr, stacks, value, "");
+        let id = if stacks.head_shift() == LocalStacks::LINE {
+            rseq_push!(locks.as_ptr(), nr, stacks, value, "", "")
+        } else {
+            rseq_push!(locks.as_ptr(), nr, stacks, value, "shl {tmp}, 4\n", "")
+        };
         return classify(id, nr, 0);
     }
     #[allow(unreachable_code)]

@@ -43,7 +43,7 @@ impl Stacks {
     fn desc(&self) -> LocalStacks {
         // SAFETY: every description points to `cap` slots, kept alive by
         // `store` while `self` lives.
-        unsafe { LocalStacks::new(self.heads.as_ptr().cast(), HEAD_SHIFT, self.cap) }
+        unsafe { LocalStacks::new(self.heads.as_ptr().cast(), LocalStacks::LINE, self.cap) }
     }
 
     /// Every token on every stack (after the threads are gone).
@@ -73,6 +73,7 @@ fn pop_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks) -> LocalOp {
         locks.as_ptr(),
         nr,
         s,
+        "",
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
@@ -85,6 +86,7 @@ fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> Loc
         nr,
         s,
         value,
+        "",
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
@@ -169,6 +171,78 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
     assert_eq!(push_at(&l, nr, &full.desc(), 7), LocalOp::Miss);
     assert_eq!(push_at(&l, nr, &stand_in.desc(), 7), LocalOp::Miss);
     assert_eq!(pop_at(&l, nr, &stand_in.desc()), LocalOp::Miss);
+}
+
+/// Descriptions a row apart ([`LocalStacks::ROW`]: 16 lines per CPU, the
+/// one used in column 5): a push and a pop reach the caller's CPU's
+/// description in that column and nothing else in the rows.
+#[test]
+#[cfg_attr(miri, ignore = "rseq: inline asm")]
+fn the_sections_reach_a_column_of_rows() {
+    if !rseq::active() {
+        eprintln!("rseq not active in this process: nothing to test");
+        return;
+    }
+    const COLUMN: usize = 5;
+    let nr = possible_cpus();
+    let l = locks(nr);
+    let mut store: Vec<Box<[usize]>> = (0..nr).map(|_| vec![0; 4].into()).collect();
+    // 16 heads per CPU; the others keep a length above `cap` (no stack).
+    let mut rows: Vec<Head> = (0..nr * 16)
+        .map(|_| Head {
+            slots: core::ptr::null_mut(),
+            len: usize::MAX,
+        })
+        .collect();
+    for (cpu, s) in store.iter_mut().enumerate() {
+        rows[cpu * 16 + COLUMN] = Head {
+            slots: s.as_mut_ptr(),
+            len: 0,
+        };
+    }
+    // SAFETY: column 5 of every row points to 4 slots kept alive by
+    // `store`; the other heads have lengths above `cap`.
+    let d = unsafe {
+        LocalStacks::new(
+            rows.as_ptr().wrapping_add(COLUMN).cast(),
+            LocalStacks::ROW,
+            4,
+        )
+    };
+    // On the last CPU, so that a wrong stride cannot land on the right head
+    // by being multiplied by 0 (best effort: the push says where it ran).
+    // SAFETY: a zeroed set with one CPU, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(nr - 1, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set);
+    }
+    let cpu = match push_at(&l, nr, &d, 77) {
+        LocalOp::Done { cpu, .. } => cpu,
+        other => panic!("push onto an empty stack: {other:?}"),
+    };
+    assert_eq!(armed_descriptor(), 0);
+    let used: Vec<usize> = (0..nr * 16).filter(|&i| rows[i].len == 1).collect();
+    assert_eq!(
+        used,
+        [cpu * 16 + COLUMN],
+        "the push went to its CPU's column"
+    );
+    // SAFETY: that stack's first slot holds what was pushed.
+    assert_eq!(unsafe { *rows[cpu * 16 + COLUMN].slots }, 77);
+    let mut popped = None;
+    for _ in 0..10_000 {
+        if let LocalOp::Done { cpu: c, value } = pop_at(&l, nr, &d) {
+            popped = Some((c, value));
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(popped, Some((cpu, 77)));
+    assert!(
+        (0..nr * 16).all(|i| rows[i].len == if i % 16 == COLUMN { 0 } else { usize::MAX }),
+        "only the column's lengths change"
+    );
 }
 
 /// Tokens `1..=TOKENS` start on CPU 0's stack. Four threads pop a token

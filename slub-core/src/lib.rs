@@ -97,8 +97,10 @@
 //! Modules depend one way only, each layer on those below it:
 //!
 //! 1. `cache.rs` ([`KmemCache`]): validation, lifecycle and the one-byte
-//!    dispatch to the cache's front; `kmalloc.rs` and `global_alloc.rs` sit
-//!    on top of it.
+//!    dispatch to the cache's front (`cache/alloc_free.rs`: the fast paths
+//!    and the one call to the rest); `kmalloc.rs` and `global_alloc.rs` sit
+//!    on top of it (`Kmalloc` keeps its caches' per-CPU sheaves lines in
+//!    one area, `sheaves/lines.rs`).
 //! 2. `sheaves.rs` (`SheafFront`, over `barn.rs`), which refills and flushes
 //!    through the tid front's CPU slab, as Linux's bulk allocation does.
 //! 3. `tid.rs` (`TidFront`): the `(freelist, tid)` cells and the per-CPU

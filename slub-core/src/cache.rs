@@ -340,12 +340,6 @@ impl<K: Platform> KmemCache<K> {
         })
     }
 
-    /// Where the sheaves front's per-CPU lines are.
-    #[inline(always)]
-    pub(crate) fn sheaf_heads(&self) -> Heads {
-        self.sheaves.heads()
-    }
-
     /// Whether [`destroy`](Self::destroy) has succeeded.
     pub(crate) fn is_destroyed(&self) -> bool {
         self.mode.load(Ordering::Relaxed) == MODE_DESTROYED

@@ -7,7 +7,7 @@ use crate::cache::{CacheConfig, CacheFlags, KmemCache};
 use crate::error::{AllocError, CacheError, DestroyError, FreeError};
 use crate::mem::PlatformMem;
 use crate::page_source::SlabPages;
-use crate::sheaves::{Heads, SheafArea};
+use crate::sheaves::{Heads, ROW_LINES, SheafArea};
 use arch_api::CpuLocal;
 use arch_api::Platform;
 use core::alloc::Layout;
@@ -51,9 +51,8 @@ const NAMES: [&str; NR_KMALLOC_CLASSES] = [
     "kmalloc-16k",
 ];
 
-// The shared sheaves area's rows are a stride the backends' guard-free
-// steps handle.
-const _: () = assert!(crate::sheaves::row_shift(NR_KMALLOC_CLASSES) == arch_api::LocalStacks::ROW);
+// Every class has a column in the shared sheaves area's rows.
+const _: () = assert!(NR_KMALLOC_CLASSES <= ROW_LINES);
 
 /// The kmalloc caches and the large-allocation path, on the platform `K`.
 pub struct Kmalloc<K: Platform> {
@@ -62,7 +61,7 @@ pub struct Kmalloc<K: Platform> {
     /// front): the fast paths compute a class's line from the class
     /// instead of loading it from the cache. After `caches`, so that it is
     /// dropped after them.
-    sheaf_area: SheafArea<PlatformMem<K>, NR_KMALLOC_CLASSES>,
+    sheaf_area: SheafArea<PlatformMem<K>>,
     pages: PlatformMem<K>,
     /// Written by every large allocation and free: on lines of its own.
     large_bytes: CachePadded<AtomicUsize>,
@@ -188,9 +187,7 @@ impl<K: Platform> Kmalloc<K> {
     /// On the tid front there is no area and the caches never look at it.
     #[inline(always)]
     fn heads(&self, i: usize) -> Heads {
-        let at = self.sheaf_area.heads(i);
-        debug_assert!(!self.sheaf_area.is_some() || at == self.caches[i].sheaf_heads());
-        at
+        self.sheaf_area.heads(i)
     }
 
     /// An object of class `i` ([`kmalloc_index`]'s answer for the size):

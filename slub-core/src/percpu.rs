@@ -58,6 +58,17 @@ impl<T> PerCpu<T> {
         unsafe { &*self.base.as_ptr().add(cpu) }
     }
 
+    /// CPU 0's line (the others follow, `size_of::<T>()` apart).
+    #[inline(always)]
+    pub(crate) fn base(&self) -> NonNull<T> {
+        self.base
+    }
+
+    /// Whether there is no array.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
     /// The address of the array (entropy for the cache's secret).
     pub(crate) fn addr(&self) -> usize {
         self.base.as_ptr() as usize

@@ -22,7 +22,7 @@ use core::marker::PhantomData;
 use core::ptr::null_mut;
 use lines::LINE_SHIFT;
 use lines::SheafLines;
-pub(crate) use lines::{Heads, SheafArea, row_shift};
+pub(crate) use lines::{Heads, ROW_LINES, SheafArea};
 
 mod bulk;
 mod line;
@@ -30,7 +30,7 @@ mod lines;
 mod nolock;
 
 // The backends' guard-free steps handle lines a line apart (a cache's own
-// block) and a row apart (`Kmalloc`'s shared area).
+// block) and a row apart (`Kmalloc`'s shared area, asserted in `lines.rs`).
 const _: () = assert!(LINE_SHIFT == arch_api::LocalStacks::LINE);
 
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
@@ -64,7 +64,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         let cpu = match (enabled, column) {
             (false, _) => SheafLines::empty(),
             // SAFETY: the caller's contract.
-            (true, Some(at)) => unsafe { SheafLines::column(at, nr_cpus) },
+            (true, Some(at)) => unsafe { SheafLines::column(at) },
             (true, None) => SheafLines::own(pages, nr_cpus)?,
         };
         Some(Self {

@@ -93,8 +93,8 @@ impl FreeTree {
             // `n.aug >= size` and neither the left subtree nor `n` has it:
             // the right subtree does (the augmented invariant).
             i = n.right;
+            debug_assert!(i != NIL, "augmented maximum without a block behind it");
             if i == NIL {
-                debug_assert!(false, "augmented maximum without a block behind it");
                 return None;
             }
         }

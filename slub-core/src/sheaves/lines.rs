@@ -13,7 +13,8 @@
 //! CPU's variables together, one offset per CPU).
 
 use super::line::CpuSheaves;
-use crate::page_source::{PageSource, SlabPages};
+use crate::page_source::PageSource;
+use crate::percpu::PerCpu;
 use arch_api::LocalStacks;
 use core::ptr::NonNull;
 
@@ -22,10 +23,19 @@ use core::ptr::NonNull;
 pub(crate) const LINE_SHIFT: u32 = core::mem::size_of::<CpuSheaves>().trailing_zeros();
 const _: () = assert!(core::mem::size_of::<CpuSheaves>().is_power_of_two());
 
-/// log2 of a row of `columns` lines, rounded up to a power of two.
-pub(crate) const fn row_shift(columns: usize) -> u32 {
-    (columns.next_power_of_two() << LINE_SHIFT).trailing_zeros()
-}
+/// Lines in a CPU's row of a [`SheafArea`]: the caches that can share one.
+pub(crate) const ROW_LINES: usize = 16;
+
+/// One CPU's row of a [`SheafArea`]: its line of each cache, column `c`
+/// for the `c`-th.
+#[repr(C)]
+struct Row([CpuSheaves; ROW_LINES]);
+
+/// log2 of a row: CPU `i`'s row is `i << ROW_SHIFT` bytes from CPU 0's.
+const ROW_SHIFT: u32 = core::mem::size_of::<Row>().trailing_zeros();
+// A stride the backends' guard-free steps handle.
+const _: () =
+    assert!(core::mem::size_of::<Row>().is_power_of_two() && ROW_SHIFT == LocalStacks::ROW);
 
 /// Where CPU 0's line of one cache is and how far apart the CPUs' lines are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,10 +63,9 @@ impl Heads {
 pub(crate) struct SheafLines {
     base: NonNull<CpuSheaves>,
     shift: u32,
-    nr: usize,
-    /// Bytes to give back to the page source: 0 for a column of an area
-    /// (the area's owner frees it) and for no lines at all.
-    bytes: usize,
+    /// The cache's own block; empty for a column (the area's owner frees
+    /// that) and for no lines at all.
+    own: PerCpu<CpuSheaves>,
 }
 
 impl SheafLines {
@@ -65,72 +74,51 @@ impl SheafLines {
         Self {
             base: NonNull::dangling(),
             shift: LINE_SHIFT,
-            nr: 0,
-            bytes: 0,
+            own: PerCpu::empty(),
         }
     }
 
     /// A block of `nr` adjacent lines from `pages`, each without sheaves.
     pub(crate) fn own<P: PageSource>(pages: &P, nr: usize) -> Option<Self> {
-        let page = pages.page_size();
-        let bytes = (nr.max(1) << LINE_SHIFT).next_multiple_of(page);
-        let base = pages.alloc_pages(bytes, page)?.cast::<CpuSheaves>();
-        let lines = Self {
-            base,
+        // SAFETY: `PerCpu::new` hands out valid, aligned, unused lines.
+        let own = PerCpu::new(pages, nr, |at: *mut CpuSheaves, _| unsafe {
+            at.write(CpuSheaves::new())
+        })?;
+        Some(Self {
+            base: own.base(),
             shift: LINE_SHIFT,
-            nr,
-            bytes,
-        };
-        // SAFETY: the block is fresh, holds `nr` lines and is ours.
-        unsafe { lines.init() };
-        Some(lines)
+            own,
+        })
     }
 
-    /// The column `at` of an area, for `nr` CPUs, each line without
-    /// sheaves.
+    /// The column `at` of an area.
     ///
     /// # Safety
-    /// `at` is [`SheafArea::heads`] of a live area of at least `nr` CPUs,
-    /// for a column no other `SheafLines` uses, and the area outlives the
-    /// result.
-    pub(crate) unsafe fn column(at: Heads, nr: usize) -> Self {
-        let lines = Self {
-            // SAFETY: an area's base is not null, nor any column in it.
+    /// `at` is [`SheafArea::heads`] of a live area for at least the CPUs
+    /// the lines are used for, for a column no other `SheafLines` uses,
+    /// and the area outlives the result.
+    pub(crate) unsafe fn column(at: Heads) -> Self {
+        Self {
+            // SAFETY: an area's lines are not at address 0.
             base: unsafe { NonNull::new_unchecked(at.base.cast_mut()) },
             shift: at.shift,
-            nr,
-            bytes: 0,
-        };
-        // SAFETY: the caller's contract: the lines are ours.
-        unsafe { lines.init() };
-        lines
-    }
-
-    /// # Safety
-    /// The `nr` lines are valid memory that nothing else uses.
-    unsafe fn init(&self) {
-        for i in 0..self.nr {
-            // SAFETY: the caller's contract.
-            unsafe { self.line_ptr(i).write(CpuSheaves::new()) };
+            own: PerCpu::empty(),
         }
-    }
-
-    #[inline(always)]
-    fn line_ptr(&self, cpu: usize) -> *mut CpuSheaves {
-        self.base
-            .as_ptr()
-            .cast::<u8>()
-            .wrapping_add(cpu << self.shift)
-            .cast()
     }
 
     /// CPU `cpu`'s line.
     #[inline(always)]
     pub(crate) fn get(&self, cpu: usize) -> &CpuSheaves {
-        debug_assert!(cpu < self.nr);
-        // SAFETY: `cpu` is one of the `nr` CPUs whose lines were written by
-        // `init` and live as long as `self` (own block) or the area.
-        unsafe { &*self.line_ptr(cpu) }
+        let at = self
+            .base
+            .as_ptr()
+            .cast::<u8>()
+            .wrapping_add(cpu << self.shift)
+            .cast::<CpuSheaves>();
+        // SAFETY: the CpuLocal contract gives ids of CPUs the block or the
+        // area was made for; their lines were initialised there and live
+        // as long as `self` (own block) or the area.
+        unsafe { &*at }
     }
 
     /// Where the lines are, for [`Heads::stacks`].
@@ -149,86 +137,76 @@ impl SheafLines {
     /// Nothing uses the lines any more; `pages` is the source of
     /// [`own`](Self::own).
     pub(crate) unsafe fn release<P: PageSource>(&mut self, pages: &P) {
-        if self.bytes != 0 {
-            // SAFETY: the caller's contract: the block `own` allocated.
-            unsafe { pages.free_pages(self.base.cast(), self.bytes) };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { self.own.release(pages) };
         *self = Self::empty();
     }
 }
 
-/// The lines of a set of `COLUMNS` caches for every CPU: a row of
-/// `COLUMNS` lines per CPU (`Kmalloc`'s caches share one). Given back to
-/// its page source when dropped, so it must be dropped after the caches
-/// whose columns it holds.
-pub(crate) struct SheafArea<M: PageSource, const COLUMNS: usize> {
-    base: NonNull<u8>,
-    bytes: usize,
+/// A row of [`ROW_LINES`] lines per CPU, shared by up to that many caches
+/// (`Kmalloc`'s). Given back to its page source when dropped, so it must be
+/// dropped after the caches whose columns it holds.
+pub(crate) struct SheafArea<M: PageSource> {
+    rows: PerCpu<Row>,
     pages: M,
 }
 
-impl<M: PageSource, const COLUMNS: usize> SheafArea<M, COLUMNS> {
-    /// log2 of a row: CPU `i`'s row is `i << ROW_SHIFT` bytes from CPU 0's.
-    pub(crate) const ROW_SHIFT: u32 = row_shift(COLUMNS);
-
-    /// An area for `nr` CPUs from `pages` (its lines are written by
-    /// [`SheafLines::column`]); `None` if `pages` is out of memory.
+impl<M: PageSource> SheafArea<M> {
+    /// An area for `nr` CPUs from `pages`, every line without sheaves;
+    /// `None` if `pages` is out of memory.
     pub(crate) fn new(pages: M, nr: usize) -> Option<Self> {
-        let page = pages.page_size();
-        let bytes = (nr.max(1) << Self::ROW_SHIFT).next_multiple_of(page);
-        let base = pages.alloc_pages(bytes, page)?;
-        Some(Self { base, bytes, pages })
+        let rows = PerCpu::new(&pages, nr, |at: *mut Row, _| {
+            for c in 0..ROW_LINES {
+                // SAFETY: `PerCpu::new` hands out a valid, aligned, unused
+                // row; written line by line (no row-sized temporary).
+                unsafe { at.cast::<CpuSheaves>().add(c).write(CpuSheaves::new()) };
+            }
+        })?;
+        Some(Self { rows, pages })
     }
 
     /// No area (caches with the tid front).
     pub(crate) fn none(pages: M) -> Self {
         Self {
-            base: NonNull::dangling(),
-            bytes: 0,
+            rows: PerCpu::empty(),
             pages,
         }
     }
 
     /// Whether there is an area.
     pub(crate) fn is_some(&self) -> bool {
-        self.bytes != 0
+        !self.rows.is_empty()
     }
 
     /// Column `col`'s lines. Computed, not loaded: this is what the kmalloc
     /// fast paths call with the class.
     #[inline(always)]
     pub(crate) fn heads(&self, col: usize) -> Heads {
-        debug_assert!(col < COLUMNS);
+        debug_assert!(col < ROW_LINES);
         Heads {
             base: self
-                .base
+                .rows
+                .base()
                 .as_ptr()
-                .wrapping_add(col << LINE_SHIFT)
-                .cast_const()
-                .cast(),
-            shift: Self::ROW_SHIFT,
+                .cast::<CpuSheaves>()
+                .wrapping_add(col)
+                .cast_const(),
+            shift: ROW_SHIFT,
         }
     }
-}
 
-impl<M: PageSource, const COLUMNS: usize> SheafArea<M, COLUMNS> {
     /// Gives the area back to its page source now; no area after.
     ///
     /// # Safety
     /// No cache uses a column of it any more (each destroyed, its lines
     /// released).
     pub(crate) unsafe fn release(&mut self) {
-        if self.bytes != 0 {
-            // SAFETY: allocated by `new` from `pages`, given back once (the
-            // size is cleared); unused (the caller's contract).
-            unsafe { self.pages.free_pages(self.base, self.bytes) };
-            self.base = NonNull::dangling();
-            self.bytes = 0;
-        }
+        // SAFETY: allocated from `pages`; unused (the caller's contract).
+        unsafe { self.rows.release(&self.pages) };
     }
 }
 
-impl<M: PageSource, const COLUMNS: usize> Drop for SheafArea<M, COLUMNS> {
+impl<M: PageSource> Drop for SheafArea<M> {
     fn drop(&mut self) {
         // SAFETY: the owner drops the area after the caches using its
         // columns (a field after theirs).
@@ -239,6 +217,6 @@ impl<M: PageSource, const COLUMNS: usize> Drop for SheafArea<M, COLUMNS> {
 // SAFETY: the area is memory its owner allocated and frees once; its lines
 // are read and written only by the caches whose columns they are, under the
 // CPU's guard or in the backend's guard-free steps, as a cache's own block.
-unsafe impl<M: PageSource + Send, const COLUMNS: usize> Send for SheafArea<M, COLUMNS> {}
+unsafe impl<M: PageSource + Send> Send for SheafArea<M> {}
 // SAFETY: as above.
-unsafe impl<M: PageSource + Sync, const COLUMNS: usize> Sync for SheafArea<M, COLUMNS> {}
+unsafe impl<M: PageSource + Sync> Sync for SheafArea<M> {}

@@ -7,7 +7,11 @@
  *         pattern), writing the block's first word and checking it at free;
  *   ws16: the same with every size 16;
  *   same: the same with every size 16 and always the first block (a free,
- *         then a malloc that can take what the free gave back).
+ *         then a malloc that can take what the free gave back);
+ *   wspow: ws with each size drawn by `pow` between the free and the malloc,
+ *         as the harness's alloc-test does (BENCHMARKS.md, session 17: the
+ *         gap to mimalloc grows there; `lifo-floor.c` is the same loop over
+ *         a toy allocator).
  *
  *   cc -O2 -o /tmp/malloc-pair harness/scripts/malloc-pair.c -lm
  *   LD_PRELOAD=target/release/libkmm_malloc.so KMM_SLUB_FRONT=sheaves /tmp/malloc-pair
@@ -64,9 +68,9 @@ int main(void) {
     set[i] = malloc(16);
     *(uintptr_t *)set[i] = (uintptr_t)set[i];
   }
-  /* mode 0: ws, 1: ws16, 2: same */
-  double best[3] = {1e30, 1e30, 1e30};
-  for (int mode = 0; mode < 3; mode++) {
+  /* mode 0: ws, 1: ws16, 2: same, 3: wspow */
+  double best[4] = {1e30, 1e30, 1e30, 1e30};
+  for (int mode = 0; mode < 4; mode++) {
     for (int r = 0; r < 5; r++) {
       double t0 = now();
       for (long i = 0; i < steps; i++) {
@@ -74,7 +78,15 @@ int main(void) {
         unsigned k = mode == 2 ? 0 : (y >> 20) % SET;
         bad += *(uintptr_t *)set[k] != (uintptr_t)set[k];
         free(set[k]);
-        void *p = malloc(mode ? 16 : sizes[(y >> 40) & (SIZES - 1)]);
+        size_t sz;
+        if (mode == 3) {
+          double u = ((y >> 44) + 1) / (double)(1 << 20);
+          sz = (size_t)(8.0 / pow(u, 1 / 1.2));
+          sz = sz > 1024 ? 1024 : sz;
+        } else {
+          sz = mode ? 16 : sizes[(y >> 40) & (SIZES - 1)];
+        }
+        void *p = malloc(sz);
         *(uintptr_t *)p = (uintptr_t)p;
         set[k] = p;
       }
@@ -86,7 +98,8 @@ int main(void) {
   for (int i = 0; i < SET; i++)
     free(set[i]);
   (void)sink;
-  printf("pair %.2f ns  ws %.2f ns  ws16 %.2f ns  same %.2f ns\n", pair, ws, best[1], best[2]);
+  printf("pair %.2f ns  ws %.2f ns  ws16 %.2f ns  same %.2f ns  wspow %.2f ns\n", pair, ws,
+         best[1], best[2], best[3]);
   if (bad) {
     fprintf(stderr, "%ld blocks overwritten\n", bad);
     return 1;

@@ -39,6 +39,13 @@ static inline uint64_t rnd(void) {
   return x;
 }
 
+/* alloc-test's size: Pareto (shape 1.2) in 8..=1024, from the top 20 bits. */
+static inline size_t pareto(uint64_t bits) {
+  double u = ((bits >> 44) + 1) / (double)(1 << 20);
+  size_t s = (size_t)(8.0 / pow(u, 1 / 1.2));
+  return s > 1024 ? 1024 : s;
+}
+
 enum { SET = 5000, SIZES = 1 << 16 };
 static void *set[SET];
 /* Drawn up front, so that every allocator pays the same for its sizes. */
@@ -59,11 +66,8 @@ int main(void) {
     double t = (now() - t0) / pairs;
     pair = t < pair ? t : pair;
   }
-  for (int i = 0; i < SIZES; i++) {
-    double u = ((rnd() >> 44) + 1) / (double)(1 << 20);
-    size_t s = (size_t)(8.0 / pow(u, 1 / 1.2));
-    sizes[i] = s > 1024 ? 1024 : s;
-  }
+  for (int i = 0; i < SIZES; i++)
+    sizes[i] = pareto(rnd());
   for (int i = 0; i < SET; i++) {
     set[i] = malloc(16);
     *(uintptr_t *)set[i] = (uintptr_t)set[i];
@@ -80,9 +84,7 @@ int main(void) {
         free(set[k]);
         size_t sz;
         if (mode == 3) {
-          double u = ((y >> 44) + 1) / (double)(1 << 20);
-          sz = (size_t)(8.0 / pow(u, 1 / 1.2));
-          sz = sz > 1024 ? 1024 : sz;
+          sz = pareto(y);
         } else {
           sz = mode ? 16 : sizes[(y >> 40) & (SIZES - 1)];
         }

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 mod percpu_nolock;
 mod random_site;
+mod remote_free;
 mod slab_test;
 mod slabinfo;
 
@@ -381,33 +382,6 @@ fn kmalloc_rnd_pairs(km: &SlubRandom, l: Layout, loops: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / loops as f64
 }
 
-/// One thread allocates batches of `n`, `threads` others free them.
-fn remote_free(b: &dyn Bench, l: Layout, n: usize, loops: usize, threads: usize) -> f64 {
-    let batches = (loops / n).max(threads);
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads)
-        .map(|_| std::sync::mpsc::sync_channel::<Vec<usize>>(4))
-        .unzip();
-    let t = Instant::now();
-    std::thread::scope(|s| {
-        for rx in rxs {
-            s.spawn(move || {
-                for batch in rx {
-                    for p in batch {
-                        // SAFETY: allocated by the producer with `l`, freed once.
-                        unsafe { b.free(p as *mut u8, l) };
-                    }
-                }
-            });
-        }
-        for i in 0..batches {
-            let batch: Vec<usize> = (0..n).map(|_| b.alloc(l) as usize).collect();
-            txs[i % threads].send(batch).unwrap();
-        }
-        drop(txs);
-    });
-    t.elapsed().as_nanos() as f64 / (batches * n) as f64
-}
-
 /// Two dependent `cmpxchg16b` per iteration on one cell (the tid path's
 /// floor: its alloc and its free), LOCKed and not; then the same without
 /// LOCK but re-reading the pair from the cell before each CAS (`hi` then
@@ -462,19 +436,21 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
     let l = Layout::from_size_align(a.object_size as usize, 8).unwrap();
     let (n, loops, threads) = (a.n as usize, a.loops as usize, a.threads as usize);
     let mut results = Vec::new();
-    for w in list(a.allocator) {
-        let b = make(w);
+    let benches: Vec<(Which, Box<dyn Bench>)> = list(a.allocator)
+        .into_iter()
+        .map(|w| (w, make(w)))
+        .collect();
+    for (_, b) in &benches {
         // Warm up (slabs, sheaves, thread caches).
-        n_pattern(&*b, l, n, n * 4);
-        let fr = median((0..REPEAT).map(|_| fastpath_reuse(&*b, l, loops)).collect());
-        let np = median((0..REPEAT).map(|_| n_pattern(&*b, l, n, loops)).collect());
-        let rf = b.remote_ok().then(|| {
-            median(
-                (0..REPEAT)
-                    .map(|_| remote_free(&*b, l, n, loops, threads))
-                    .collect(),
-            )
-        });
+        n_pattern(&**b, l, n, n * 4);
+    }
+    // The allocators take turns here (see `remote_free.rs`).
+    let all: Vec<&dyn Bench> = benches.iter().map(|(_, b)| &**b).collect();
+    let rfs = remote_free::remote_free_rounds(&all, l, n, loops, threads, REPEAT);
+    for ((w, b), rf) in benches.iter().zip(rfs) {
+        let (w, b) = (*w, &**b);
+        let fr = median((0..REPEAT).map(|_| fastpath_reuse(b, l, loops)).collect());
+        let np = median((0..REPEAT).map(|_| n_pattern(b, l, n, loops)).collect());
         // Bulk (64 per call) against one at a time, same cache, same run.
         let (bulk, single) = b.cache(l).map_or((None, None), |c| {
             bulk_pairs(c, BULK, BULK * 4);
@@ -531,7 +507,10 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             (Some((median(on), median(at))), Some(median(off)))
         });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
-            "remote_free_ns": rf, "bulk64_ns": bulk, "single64_ns": single,
+            "remote_free_ns": rf.map(|r| r.wall),
+            "remote_free_producer_ns": rf.map(|r| r.producer),
+            "remote_free_consumer_ns": rf.map(|r| r.consumer),
+            "bulk64_ns": bulk, "single64_ns": single,
             "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
             "nolock_pair_ns": nolock, "cache_pair_ns": fast,
             "nolock_pair_linux_cpus_ns": percpu.map(|p| p.0),

@@ -70,13 +70,27 @@ pub(super) fn nolock_vs_ordinary(
     (super::median(no), super::median(fa))
 }
 
-/// The calling thread's CPU affinity narrowed to the CPU it runs on, until
-/// dropped (best effort: on failure the thread may migrate and the rows
-/// abort as before).
-struct HoldCpu(Option<libc::cpu_set_t>);
+/// The calling thread's CPU affinity narrowed to one CPU, until dropped
+/// (best effort: on failure the thread may migrate, and the rows that need
+/// it abort as before). The remote-free row pins its threads with it too.
+pub(super) struct HoldCpu(Option<libc::cpu_set_t>);
 
 impl HoldCpu {
+    /// On the CPU the thread runs on now.
     fn here() -> Self {
+        // SAFETY: a plain libc call.
+        let cpu = unsafe { libc::sched_getcpu() };
+        match usize::try_from(cpu) {
+            Ok(cpu) => Self::on(cpu),
+            Err(_) => Self(None),
+        }
+    }
+
+    /// On CPU `cpu`.
+    pub(super) fn on(cpu: usize) -> Self {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Self(None);
+        }
         // SAFETY: plain libc calls on this thread with sets of the right size.
         unsafe {
             let mut old: libc::cpu_set_t = std::mem::zeroed();
@@ -84,16 +98,26 @@ impl HoldCpu {
             if libc::sched_getaffinity(0, sz, &mut old) != 0 {
                 return Self(None);
             }
-            let cpu = libc::sched_getcpu();
-            if cpu < 0 {
-                return Self(None);
-            }
             let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut one);
+            libc::CPU_SET(cpu, &mut one);
             if libc::sched_setaffinity(0, sz, &one) != 0 {
                 return Self(None);
             }
             Self(Some(old))
+        }
+    }
+
+    /// The CPUs the calling thread may run on, in order (empty if unknown).
+    pub(super) fn allowed() -> Vec<usize> {
+        // SAFETY: a plain libc call with a set of the right size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+                return Vec::new();
+            }
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
         }
     }
 }

@@ -189,9 +189,19 @@ impl<K: Platform> KmemCache<K> {
     fn tid_free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
         match self.tid.free_fast(&self.slabs, p) {
             FastFree::Done => Some(Ok(())),
-            FastFree::ToSlab => Some(self.tid.free_to_slab(&self.slabs, p, None)),
+            FastFree::ToSlab if self.slabs.try_free_to_slab(p) => Some(Ok(())),
+            FastFree::ToSlab => Some(self.tid_free_to_slab(p)),
             FastFree::Slow => None,
         }
+    }
+
+    /// The rest of a free to another slab (the slab changes lists, is
+    /// frozen for this CPU, or the CAS lost), out of line.
+    #[cold]
+    #[inline(never)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    fn tid_free_to_slab(&self, p: usize) -> Result<(), FreeError> {
+        self.tid.free_to_slab(&self.slabs, p, None)
     }
 
     /// Under `debug` every free takes the slow path (ownership, red zones,

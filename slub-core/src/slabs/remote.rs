@@ -88,6 +88,44 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         self.slab_free_in(chain, mode)
     }
 
+    /// The common single-object free that missed the CPU slab, in one try
+    /// and inline (the fast path's `FastFree::ToSlab`): the ownership
+    /// check of [`free_to_slab`](Self::free_to_slab), then one attempt of
+    /// its CAS for a slab that stays where it is (frozen for a CPU, or
+    /// partial and not emptied). `false`, with the slab untouched, for
+    /// everything else (a foreign pointer, a suspected double free, a slab
+    /// that would change lists, a lost CAS): the caller then takes
+    /// `free_to_slab`, which starts over and reports any error. A remote
+    /// free is the common case of a producer/consumer workload; through
+    /// `free_to_slab` it paid two out-of-line calls and spilled its chain
+    /// to the stack (191 instructions per remote free against 121 now,
+    /// BENCHMARKS.md session 18).
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) fn try_free_to_slab(&self, p: usize) -> bool {
+        // SAFETY: the `free` contract: `p` is in mapped memory.
+        if unsafe { self.check_owner(p) }.is_err() {
+            return false;
+        }
+        let chain = Chain {
+            x: self.geo.base_of(p) as *mut Slab,
+            head: p,
+            tail: p,
+            cnt: 1,
+            single: true,
+        };
+        match self.free_attempt(chain, Mode::Unlocked) {
+            Ok(Attempt::Done { frozen, .. }) => {
+                self.stat_here(StatItem::FreeSlowpath);
+                if frozen {
+                    self.stat_here(StatItem::FreeRemote);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Frees one object the cache itself held (a sheaf's) straight to its
     /// slab: no ownership check, and a double free is not reported.
     pub(crate) fn free_object(&self, o: usize) {

@@ -83,6 +83,8 @@ pub fn story3(rs: &[RunResult]) -> Story {
             "vs mimalloc",
             "remote free",
             "vs mimalloc",
+            "remote free, freeing thread's time",
+            "vs mimalloc",
         ],
     );
     let f2 = |x: Option<f64>| x.map_or("n/a".into(), |x| format!("{x:.1}"));
@@ -97,6 +99,8 @@ pub fn story3(rs: &[RunResult]) -> Story {
             r("n_pattern_ns"),
             f2(num(x, "remote_free_ns")),
             r("remote_free_ns"),
+            f2(num(x, "remote_free_consumer_ns")),
+            r("remote_free_consumer_ns"),
         ]);
     }
     k.row(vec![
@@ -104,6 +108,8 @@ pub fn story3(rs: &[RunResult]) -> Story {
         "19 ns (47 cycles)".into(),
         String::new(),
         "40 ns (100 cycles)".into(),
+        String::new(),
+        "—".into(),
         String::new(),
         "—".into(),
         String::new(),
@@ -165,6 +171,7 @@ pub fn story3(rs: &[RunResult]) -> Story {
         ("fastpath reuse", "fastpath_reuse_ns"),
         ("N-pattern (N=256)", "n_pattern_ns"),
         ("remote free", "remote_free_ns"),
+        ("remote free, freeing thread", "remote_free_consumer_ns"),
     ]
     .iter()
     .map(|(label, key)| Series {

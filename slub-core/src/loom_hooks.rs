@@ -78,3 +78,13 @@ pub(crate) fn frozen_slab_dropped() -> bool {
     }
     false
 }
+
+/// Whether the inline remote free ignores a slab's change of lists.
+#[inline(always)]
+pub(crate) fn remote_try_ignores_lists() -> bool {
+    #[cfg(kmm_loom)]
+    if MUTATION.active(m::REMOTE_TRY_IGNORES_LISTS) {
+        return true;
+    }
+    false
+}

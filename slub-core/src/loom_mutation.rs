@@ -30,6 +30,11 @@ pub const BATCH_STEAL_TWO_STEP: u8 = 7;
 /// A free that freezes a full slab for its CPU (`put_cpu_partial`) puts it
 /// on no list: the slab and its objects are lost to the cache.
 pub const FROZEN_SLAB_DROPPED: u8 = 8;
+/// The fast path's inline remote free (`try_free_to_slab`) pushes onto a
+/// slab that would change lists (a full slab made partial, an emptied one)
+/// as if it stayed where it is: the slab ends on no list with free objects
+/// (lost to the cache).
+pub const REMOTE_TRY_IGNORES_LISTS: u8 = 9;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

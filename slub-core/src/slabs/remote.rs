@@ -78,14 +78,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         } else {
             Mode::Unlocked
         };
-        let chain = Chain {
-            x: self.geo.base_of(p) as *mut Slab,
-            head: p,
-            tail: p,
-            cnt: 1,
-            single: true,
-        };
-        self.slab_free_in(chain, mode)
+        self.slab_free_in(self.single(p), mode)
     }
 
     /// The common single-object free that missed the CPU slab, in one try
@@ -107,14 +100,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         if unsafe { self.check_owner(p) }.is_err() {
             return false;
         }
-        let chain = Chain {
-            x: self.geo.base_of(p) as *mut Slab,
-            head: p,
-            tail: p,
-            cnt: 1,
-            single: true,
+        let mode = if crate::loom_hooks::remote_try_ignores_lists() {
+            // Broken variant: push as the locked path does, moving nothing.
+            Mode::Locked
+        } else {
+            Mode::Unlocked
         };
-        match self.free_attempt(chain, Mode::Unlocked) {
+        match self.free_attempt(self.single(p), mode) {
             Ok(Attempt::Done { frozen, .. }) => {
                 self.stat_here(StatItem::FreeSlowpath);
                 if frozen {
@@ -123,6 +115,19 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Object `p` of this cache as a chain of one, freed by a caller (its
+    /// double free is reported).
+    #[inline(always)]
+    fn single(&self, p: usize) -> Chain {
+        Chain {
+            x: self.geo.base_of(p) as *mut Slab,
+            head: p,
+            tail: p,
+            cnt: 1,
+            single: true,
         }
     }
 

@@ -108,13 +108,20 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         };
         match self.free_attempt(self.single(p), mode) {
             Ok(Attempt::Done { frozen, .. }) => {
-                self.stat_here(StatItem::FreeSlowpath);
-                if frozen {
-                    self.stat_here(StatItem::FreeRemote);
-                }
+                self.count_pushed(frozen);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The counters of a push onto a slab's freelist: `free_slowpath`, and
+    /// `free_remote` when a CPU held the slab frozen.
+    #[inline(always)]
+    fn count_pushed(&self, frozen: bool) {
+        self.stat_here(StatItem::FreeSlowpath);
+        if frozen {
+            self.stat_here(StatItem::FreeRemote);
         }
     }
 
@@ -168,10 +175,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         loop {
             match self.free_attempt(c, mode)? {
                 Attempt::Done { frozen, .. } => {
-                    self.stat_here(StatItem::FreeSlowpath);
-                    if frozen {
-                        self.stat_here(StatItem::FreeRemote);
-                    }
+                    self.count_pushed(frozen);
                     return Ok(None);
                 }
                 Attempt::Froze => {
@@ -208,9 +212,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
         };
-        self.stat_here(StatItem::FreeSlowpath);
+        self.count_pushed(frozen);
         if frozen {
-            self.stat_here(StatItem::FreeRemote);
             return Ok(());
         }
         if inuse == 0 && n.nr >= self.min_partial {

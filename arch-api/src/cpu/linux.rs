@@ -29,7 +29,8 @@
 //!   [`push_local`](CpuLocal::push_local) are rseq sections too: the pop
 //!   or push itself is the commit, and the CPU's lock is only read (a
 //!   holder makes the step miss), so a `malloc` that hits its CPU's sheaf
-//!   writes no lock at all (module `rseq_stack`).
+//!   writes no lock at all (module `rseq_stack`). Outside it the same
+//!   sections miss at once, and the caller pins.
 //! * `OWNER_ONLY_WRITES = false`: the tid fast path uses the SMP DW-CAS; a
 //!   thread migrated between reading the tid and the CAS fails the CAS and
 //!   retries.
@@ -113,7 +114,10 @@ impl Default for CpuLock {
 pub struct LinuxCpus {
     nr: usize,
     locks: &'static [CpuLock],
-    rseq: bool,
+    /// `nr` in rseq mode, else 0: the ids the guard-free sections may
+    /// commit on. Without rseq they run and miss at once, so the fast paths
+    /// test no mode flag (see `pop_local`).
+    local_nr: usize,
 }
 
 /// Held while a thread is pinned: the lock of CPU `id`.
@@ -150,17 +154,19 @@ impl LinuxCpus {
     pub fn with_locks(locks: &'static [CpuLock]) -> Self {
         assert!(!locks.is_empty(), "LinuxCpus needs at least one lock");
         let possible = possible_cpus();
+        let nr = possible.min(locks.len());
+        let rseq = locks.len() >= possible && rseq::active();
         Self {
-            nr: possible.min(locks.len()),
+            nr,
             locks,
-            rseq: locks.len() >= possible && rseq::active(),
+            local_nr: if rseq { nr } else { 0 },
         }
     }
 
     /// Whether this CPU's lock is taken by an rseq section (no LOCKed
     /// instruction; see the [module docs](self)).
     pub fn uses_rseq(&self) -> bool {
-        self.rseq
+        self.local_nr != 0
     }
 
     /// The locks (a `fork` child handler releases them; see
@@ -175,7 +181,7 @@ impl LinuxCpus {
     pub fn try_pin_id(&self, id: usize) -> Option<LinuxPin<'_>> {
         let id = id % self.nr;
         let lock = &self.locks[id];
-        let taken = if self.rseq {
+        let taken = if self.uses_rseq() {
             rseq::try_remote(lock, id)
         } else {
             lock.try_lock()
@@ -192,8 +198,8 @@ impl LinuxCpus {
     /// One attempt at the caller's CPU's lock: `Err(id)` if it is held.
     #[inline(always)]
     fn try_current(&self) -> Result<(LinuxPin<'_>, usize), usize> {
-        if self.rseq {
-            // SAFETY: `rseq` is set only when `rseq::active()` and
+        if self.uses_rseq() {
+            // SAFETY: in rseq mode `rseq::active()` answered and
             // `locks.len() >= nr`.
             match unsafe { rseq::try_local(self.locks, self.nr) } {
                 Local::Taken(id) => {
@@ -282,25 +288,28 @@ unsafe impl CpuLocal for LinuxCpus {
         self.try_pin()
     }
 
-    /// An rseq section on x86_64 (module `rseq_stack`) when the locks are
-    /// taken by rseq and the heads are a line or a row apart
-    /// ([`LocalStacks::LINE`], [`LocalStacks::ROW`]); else
-    /// [`LocalOp::Pin`].
+    /// An rseq section on x86_64 with glibc (module `rseq_stack`) when the
+    /// heads are a line or a row apart ([`LocalStacks::LINE`],
+    /// [`LocalStacks::ROW`]); else [`LocalOp::Pin`]. Outside rseq mode the
+    /// section misses at once (it may commit only below `local_nr`, 0
+    /// then), and the caller's slow path pins: one test fewer on every
+    /// fast path than a mode flag (BENCHMARKS.md, session 19).
     #[inline(always)]
     unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
-        if self.rseq && rseq_stack::handles(stacks) {
-            // SAFETY: `rseq` is set only when `rseq::active()` and
-            // `locks.len() >= nr`; the caller's contract covers `stacks`.
-            return unsafe { rseq_stack::pop(self.locks, self.nr, stacks) };
+        if rseq_stack::handles(stacks) {
+            // SAFETY: `local_nr` is non-zero only when `rseq::active()`,
+            // and then `locks.len() >= nr == local_nr`; the caller's
+            // contract covers `stacks`.
+            return unsafe { rseq_stack::pop(self.locks, self.local_nr, stacks) };
         }
         LocalOp::Pin
     }
 
     #[inline(always)]
     unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
-        if self.rseq && rseq_stack::handles(stacks) {
+        if rseq_stack::handles(stacks) {
             // SAFETY: as in `pop_local`.
-            return unsafe { rseq_stack::push(self.locks, self.nr, stacks, value) };
+            return unsafe { rseq_stack::push(self.locks, self.local_nr, stacks, value) };
         }
         LocalOp::Pin
     }
@@ -505,6 +514,63 @@ mod tests {
         assert_eq!(overlaps.load(Ordering::Relaxed), 0);
     }
 
+    /// One pop and one push on the caller's CPU's stack (one token each,
+    /// room for more): both commit in rseq mode, and outside it both miss,
+    /// leaving the stacks as they were. Never `Pin` on x86_64 (the sections
+    /// handle lines a line apart).
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    fn local_steps(cpus: &LinuxCpus, rseq: bool) {
+        #[repr(C, align(64))]
+        struct Line {
+            slots: *mut usize,
+            len: usize,
+        }
+        let nr = cpus.nr_cpus();
+        let mut store: std::vec::Vec<[usize; 4]> = (0..nr).map(|i| [i + 1, 0, 0, 0]).collect();
+        let lines: std::vec::Vec<Line> = store
+            .iter_mut()
+            .map(|s| Line {
+                slots: s.as_mut_ptr(),
+                len: 1,
+            })
+            .collect();
+        // SAFETY: one 64-byte line per CPU id, each pointing to 4 slots
+        // that `store` keeps alive; only this thread touches them.
+        let stacks = unsafe { LocalStacks::new(lines.as_ptr().cast(), LocalStacks::LINE, 4) };
+        // In rseq mode a step preempted inside its section misses too: a
+        // few tries.
+        let tries = if rseq { 1000 } else { 1 };
+        let step = |f: &dyn Fn() -> LocalOp| {
+            (0..tries)
+                .map(|_| f())
+                .find(|op| !matches!(op, LocalOp::Miss))
+                .unwrap_or(LocalOp::Miss)
+        };
+        // SAFETY: as above; no guard holder writes these stacks.
+        let popped = step(&|| unsafe { cpus.pop_local(&stacks) });
+        // SAFETY: as above.
+        let pushed = step(&|| unsafe { cpus.push_local(&stacks, 99) });
+        let total: usize = lines.iter().map(|l| l.len).sum();
+        match (rseq, popped, pushed) {
+            (true, LocalOp::Done { cpu, value }, LocalOp::Done { .. }) => {
+                assert_eq!(value, cpu + 1);
+                assert_eq!(total, nr);
+            }
+            (false, LocalOp::Miss, LocalOp::Miss) => assert_eq!(total, nr),
+            other => panic!("rseq {rseq}: {other:?}"),
+        }
+    }
+
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    #[cfg_attr(miri, ignore = "rseq sections: inline asm Miri cannot run")]
+    fn local_steps_commit_in_rseq_mode() {
+        let cpus = LinuxCpus::new();
+        if cpus.uses_rseq() {
+            local_steps(&cpus, true);
+        }
+    }
+
     #[test]
     #[cfg_attr(miri, ignore = "threads on real CPUs: syscalls Miri cannot run")]
     fn pins_exclude_under_load() {
@@ -526,6 +592,7 @@ mod tests {
             let cpus = LinuxCpus::new();
             assert!(!cpus.uses_rseq(), "glibc.pthread.rseq=0 left an rseq area");
             exclusion_under_load(&cpus);
+            local_steps(&cpus, false);
             return;
         }
         let out = std::process::Command::new(std::env::current_exe().unwrap())

@@ -9,7 +9,7 @@
 //! with one store, or says that it did nothing. The step must be atomic with
 //! respect to every other user of that CPU's stacks: other code on that CPU
 //! (preemption, signals or interrupts between the CPU id's read and the
-//! commit restart the step), and holders of that CPU's
+//! commit restart the step or make it miss), and holders of that CPU's
 //! [`pin`](super::CpuLocal::pin) guard, on any CPU (the step reads the
 //! guard's state inside the sequence and misses while it is held).
 //!

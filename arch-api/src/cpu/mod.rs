@@ -144,7 +144,8 @@ pub unsafe trait CpuLocal: Sync {
     /// Pops a word from the stack of the CPU the caller runs on, with no
     /// guard (see [`local_stack`]): [`LocalOp::Done`] with the word and the
     /// CPU, [`LocalOp::Miss`] if the stack is empty, the CPU's guard is
-    /// held or the caller's CPU has no id here, or [`LocalOp::Pin`] (the
+    /// held, the caller's CPU has no id here or the step was interrupted
+    /// (a backend may restart it instead), or [`LocalOp::Pin`] (the
     /// default) if the backend cannot, and the caller should pin and pop
     /// under the guard.
     ///

@@ -126,11 +126,15 @@ pub(super) enum Local {
 /// start to its commit, whose last instruction is the commit (one store).
 /// The body jumps to `4f` to leave without committing, or to `6f`, a stub
 /// out of line that runs `$miss` (an instruction) first; the section ends
-/// at `4:`. `$ops` are the operands, which must include `off` (the rseq
+/// at `4:`. On an abort (preemption, migration, a signal) the kernel
+/// sends the thread to `$abort`: `"2b"` restarts the section, which suits
+/// a body that changes no input register; `"6f"` takes the miss stub, for
+/// a body that reuses its inputs' registers (a restart would read them
+/// changed). `$ops` are the operands, which must include `off` (the rseq
 /// area's offset) and a scratch `tmp`.
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 macro_rules! rseq_section {
-    ([$($body:expr),* $(,)?], $miss:literal, $($ops:tt)*) => {
+    ([$($body:expr),* $(,)?], $miss:literal, $abort:literal, $($ops:tt)*) => {
         core::arch::asm!(
             // Arm the section (again after an abort: the kernel clears
             // `rseq_cs` when it restarts one).
@@ -148,7 +152,7 @@ macro_rules! rseq_section {
             ".byte 0x0f, 0xb9, 0x3d",
             ".long 0x53053053",
             "8:",
-            "jmp 2b",
+            concat!("jmp ", $abort),
             "6:",
             $miss,
             "jmp 4b",
@@ -201,6 +205,7 @@ macro_rules! rseq_try_lock {
                     "mov dword ptr [{tmp}], 1",
                 ],
                 "",
+                "2b",
                 off = in(reg) $crate::cpu::linux::__rseq_offset,
                 locks = in(reg) $locks,
                 nr = in(reg) $nr,

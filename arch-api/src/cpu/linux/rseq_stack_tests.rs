@@ -77,7 +77,7 @@ fn pop_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks) -> LocalOp {
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
-    classify(id, nr, v)
+    classify(id, v)
 }
 
 fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> LocalOp {
@@ -90,7 +90,7 @@ fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> Loc
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
-    classify(id, nr, 0)
+    classify(id, 0)
 }
 
 /// `pop` for the tests, which check `active()` first and pass `nr` locks

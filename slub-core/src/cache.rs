@@ -152,6 +152,13 @@ pub struct KmemCache<K: Platform> {
     /// `alloc`/`free` reads first: [`MODE_TID`], [`MODE_SHEAVES`] or
     /// [`MODE_DESTROYED`].
     mode: AtomicU8,
+    /// [`LEAF_ON`] while the sheaves front's fast path may run as bare leaf
+    /// code, with no counter to bump ([`Kmalloc::try_alloc_class`]
+    /// tests this byte alone); [`LEAF_OFF`] on the tid front, with the
+    /// fast-path counters on, and once destroyed.
+    ///
+    /// [`Kmalloc::try_alloc_class`]: crate::Kmalloc::try_alloc_class
+    leaf: AtomicU8,
     /// Has no per-CPU array on a tid cache. Its fast-path fields (the
     /// per-CPU array and the sheaf capacity) share one line, ahead of the
     /// barn.
@@ -204,6 +211,10 @@ const MODE_SHEAVES: u8 = 0;
 const MODE_TID: u8 = 1;
 /// `KmemCache::mode`: destroyed.
 const MODE_DESTROYED: u8 = 2;
+/// `KmemCache::leaf`: the leaf may run.
+const LEAF_ON: u8 = 1;
+/// `KmemCache::leaf`: it may not.
+const LEAF_OFF: u8 = 0;
 
 impl<K: Platform> KmemCache<K> {
     /// `kmem_cache_create`: a cache of `size`-byte objects aligned to `align`
@@ -329,6 +340,13 @@ impl<K: Platform> KmemCache<K> {
         };
         Ok(Self {
             mode: AtomicU8::new(if sheaves_on { MODE_SHEAVES } else { MODE_TID }),
+            leaf: AtomicU8::new(
+                if sheaves_on && !(cfg!(feature = "stats") && config.fast_path_stats) {
+                    LEAF_ON
+                } else {
+                    LEAF_OFF
+                },
+            ),
             tid,
             sheaves,
             slabs,
@@ -461,6 +479,7 @@ impl<K: Platform> KmemCache<K> {
         if left != 0 {
             return Err(DestroyError::LeakedSlabs { slabs: left });
         }
+        self.leaf.store(LEAF_OFF, Ordering::Release);
         self.mode.store(MODE_DESTROYED, Ordering::Release);
         let pages = self.slabs.pages();
         // SAFETY: exclusive access, every CPU and the barn flushed, every

@@ -219,6 +219,47 @@ impl<K: Platform> Kmalloc<K> {
         unsafe { c.free_at(ptr, || self.heads(i)) }
     }
 
+    /// The leaf of [`alloc_class`](Self::alloc_class)'s fast path and
+    /// nothing else: on the sheaves front, with a backend that pins for free
+    /// or has a guard-free step (an rseq section), one pop from the CPU's
+    /// main sheaf. `None` whenever the caller must call `alloc_class`: an
+    /// empty sheaf, the CPU's lock held, the tid front (whose fast path is
+    /// out of line anyway), a backend that needs the CPU's guard, the
+    /// fast-path counters on ([`CacheConfig::fast_path_stats`] under
+    /// `stats`: `alloc_class` counts), `debug`.
+    ///
+    /// It makes no call, so a caller that inlines it, and turns a `None`
+    /// into one tail call, needs no stack frame on its fast path
+    /// (kmm-malloc's `malloc`; BENCHMARKS.md, session 19).
+    ///
+    /// # Panics
+    /// If `i` is not below [`NR_KMALLOC_CLASSES`].
+    ///
+    /// [`CacheConfig::fast_path_stats`]: crate::CacheConfig::fast_path_stats
+    #[inline(always)]
+    pub fn try_alloc_class(&self, i: usize) -> Option<NonNull<u8>> {
+        let c = &self.caches[i];
+        // SAFETY: class `i`'s lines (`heads`).
+        unsafe { c.alloc_leaf(|| self.heads(i)) }
+    }
+
+    /// The leaf of [`free_class`](Self::free_class)'s fast path with its
+    /// checks, as [`try_alloc_class`](Self::try_alloc_class): `true` if
+    /// `ptr` was freed; `false` when the caller must call `free_class`
+    /// (which starts over and reports any error).
+    ///
+    /// # Safety
+    /// As [`free_class`](Self::free_class).
+    ///
+    /// # Panics
+    /// If `i` is not below [`NR_KMALLOC_CLASSES`].
+    #[inline(always)]
+    pub unsafe fn try_free_class(&self, i: usize, ptr: NonNull<u8>) -> bool {
+        let c = &self.caches[i];
+        // SAFETY: the caller's contract; class `i`'s lines (`heads`).
+        unsafe { c.free_leaf(ptr.as_ptr() as usize, || self.heads(i)) }
+    }
+
     /// `kmalloc`.
     #[inline(always)]
     pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {

@@ -33,6 +33,17 @@ mod nolock;
 // block) and a row apart (`Kmalloc`'s shared area, asserted in `lines.rs`).
 const _: () = assert!(LINE_SHIFT == arch_api::LocalStacks::LINE);
 
+/// What the leaf of a sheaves fast path did (`alloc_leaf`, `free_leaf`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Leaf {
+    /// Popped `value` (or pushed it, for a free) on CPU `cpu`, not counted.
+    Done { cpu: usize, value: usize },
+    /// The sheaf is empty or full, or the CPU's lock is held: the slow path.
+    Miss,
+    /// The backend has no guard-free step: the step needs the CPU's guard.
+    Guard,
+}
+
 /// The sheaves front over the slab layer `Slabs<P, C, D, R>`: the per-CPU
 /// sheaves and the barn.
 #[repr(C)]
@@ -120,24 +131,45 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
     pub(crate) unsafe fn alloc_fast(&self, slabs: &Slabs<P, C, D, R>, at: Heads) -> Option<usize> {
+        // SAFETY: the caller's contract.
+        match unsafe { self.alloc_leaf(slabs, at) } {
+            Leaf::Done { cpu, value } => {
+                slabs.stat(cpu, StatItem::AllocFastpath);
+                Some(value)
+            }
+            Leaf::Miss => None,
+            Leaf::Guard => self.alloc_fast_guarded(slabs),
+        }
+    }
+
+    /// [`alloc_fast`](Self::alloc_fast) without its guarded call and
+    /// without counting: the part that is leaf code (no call at all).
+    ///
+    /// # Safety
+    /// As [`alloc_fast`](Self::alloc_fast).
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) unsafe fn alloc_leaf(&self, slabs: &Slabs<P, C, D, R>, at: Heads) -> Leaf {
         debug_assert_eq!(at, self.heads());
         if C::HAS_PINNED_CPU {
-            let cpu = slabs.cpus().pinned_cpu()?;
+            let Some(cpu) = slabs.cpus().pinned_cpu() else {
+                return Leaf::Miss;
+            };
             // SAFETY: the caller is pinned to `cpu` (the `pinned_cpu`
             // contract), as a guard would make it.
-            unsafe { self.sheaf_pop(slabs, cpu) }
+            match unsafe { self.sheaf_take(slabs, cpu) } {
+                Some(value) => Leaf::Done { cpu, value },
+                None => Leaf::Miss,
+            }
         } else {
             // A backend with a guard-free step (an rseq section) pops in
             // one restartable sequence.
             // SAFETY: `at` is where this front's lines are (the caller's
             // contract), which `Heads::stacks` describes.
             match unsafe { slabs.cpus().pop_local(&at.stacks(self.cap())) } {
-                LocalOp::Done { cpu, value } => {
-                    slabs.stat(cpu, StatItem::AllocFastpath);
-                    Some(value)
-                }
-                LocalOp::Miss => None,
-                LocalOp::Pin => self.alloc_fast_guarded(slabs),
+                LocalOp::Done { cpu, value } => Leaf::Done { cpu, value },
+                LocalOp::Miss => Leaf::Miss,
+                LocalOp::Pin => Leaf::Guard,
             }
         }
     }
@@ -175,13 +207,26 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         self.alloc_slow(tid, slabs, cpu)
     }
 
-    /// Pops an object from CPU `cpu`'s main sheaf, if it has one.
+    /// Pops an object from CPU `cpu`'s main sheaf, if it has one, and
+    /// counts it.
     ///
     /// # Safety
     /// The caller is pinned to `cpu` (holds its guard, or `pinned_cpu`
     /// answered `cpu`).
     #[inline(always)]
     unsafe fn sheaf_pop(&self, slabs: &Slabs<P, C, D, R>, cpu: usize) -> Option<usize> {
+        // SAFETY: the caller's contract.
+        let p = unsafe { self.sheaf_take(slabs, cpu) }?;
+        slabs.stat(cpu, StatItem::AllocFastpath);
+        Some(p)
+    }
+
+    /// [`sheaf_pop`](Self::sheaf_pop) without the counter.
+    ///
+    /// # Safety
+    /// As [`sheaf_pop`](Self::sheaf_pop).
+    #[inline(always)]
+    unsafe fn sheaf_take(&self, slabs: &Slabs<P, C, D, R>, cpu: usize) -> Option<usize> {
         let c = self.cpu.get(cpu);
         // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
         // `cap` means a main sheaf whose first `size` slots hold objects.
@@ -191,9 +236,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             slabs
                 .cpus()
                 .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
+            #[cfg(not(any(kmm_loom, feature = "testing")))]
+            let _ = slabs;
             if n < self.cap() {
                 c.set_size(n);
-                slabs.stat(cpu, StatItem::AllocFastpath);
                 return Some(*c.slot(n));
             }
         }
@@ -266,25 +312,44 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         p: usize,
         at: Heads,
     ) -> FastFree {
+        // SAFETY: the caller's contract.
+        match unsafe { self.free_leaf(slabs, p, at) } {
+            Leaf::Done { cpu, .. } => {
+                slabs.stat(cpu, StatItem::FreeFastpath);
+                FastFree::Done
+            }
+            Leaf::Miss => FastFree::Slow,
+            Leaf::Guard => self.free_fast_guarded(slabs, p),
+        }
+    }
+
+    /// [`free_fast`](Self::free_fast) without its guarded call and without
+    /// counting (as [`alloc_leaf`](Self::alloc_leaf)).
+    ///
+    /// # Safety
+    /// As [`alloc_fast`](Self::alloc_fast).
+    #[inline(always)]
+    #[cfg_attr(feature = "debug", allow(dead_code))]
+    pub(crate) unsafe fn free_leaf(&self, slabs: &Slabs<P, C, D, R>, p: usize, at: Heads) -> Leaf {
         debug_assert_eq!(at, self.heads());
-        let done = if C::HAS_PINNED_CPU {
+        if C::HAS_PINNED_CPU {
             let Some(cpu) = slabs.cpus().pinned_cpu() else {
-                return FastFree::Slow;
+                return Leaf::Miss;
             };
             // SAFETY: pinned to `cpu` (the `pinned_cpu` contract).
-            unsafe { self.sheaf_push(slabs, cpu, p) }
-        } else {
-            // SAFETY: as in `alloc_fast`.
-            match unsafe { slabs.cpus().push_local(&at.stacks(self.cap()), p) } {
-                LocalOp::Done { cpu, .. } => {
-                    slabs.stat(cpu, StatItem::FreeFastpath);
-                    return FastFree::Done;
-                }
-                LocalOp::Miss => return FastFree::Slow,
-                LocalOp::Pin => return self.free_fast_guarded(slabs, p),
+            if unsafe { self.sheaf_put(slabs, cpu, p) } {
+                Leaf::Done { cpu, value: p }
+            } else {
+                Leaf::Miss
             }
-        };
-        if done { FastFree::Done } else { FastFree::Slow }
+        } else {
+            // SAFETY: as in `alloc_leaf`.
+            match unsafe { slabs.cpus().push_local(&at.stacks(self.cap()), p) } {
+                LocalOp::Done { cpu, .. } => Leaf::Done { cpu, value: p },
+                LocalOp::Miss => Leaf::Miss,
+                LocalOp::Pin => Leaf::Guard,
+            }
+        }
     }
 
     /// [`free_fast`](Self::free_fast) under the CPU's guard, out of line
@@ -322,12 +387,26 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         self.free_slow(tid, slabs, cpu, p)
     }
 
-    /// Pushes `p` onto CPU `cpu`'s main sheaf if it has room.
+    /// Pushes `p` onto CPU `cpu`'s main sheaf if it has room, and counts it.
     ///
     /// # Safety
     /// As [`sheaf_pop`](Self::sheaf_pop); `p` is an object being freed.
     #[inline(always)]
     unsafe fn sheaf_push(&self, slabs: &Slabs<P, C, D, R>, cpu: usize, p: usize) -> bool {
+        // SAFETY: the caller's contract.
+        let done = unsafe { self.sheaf_put(slabs, cpu, p) };
+        if done {
+            slabs.stat(cpu, StatItem::FreeFastpath);
+        }
+        done
+    }
+
+    /// [`sheaf_push`](Self::sheaf_push) without the counter.
+    ///
+    /// # Safety
+    /// As [`sheaf_push`](Self::sheaf_push).
+    #[inline(always)]
+    unsafe fn sheaf_put(&self, slabs: &Slabs<P, C, D, R>, cpu: usize, p: usize) -> bool {
         let c = self.cpu.get(cpu);
         // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
         // `cap` means a main sheaf with room.
@@ -337,10 +416,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             slabs
                 .cpus()
                 .preempt_point(crate::testing::PreemptPoint::SheafUpdate);
+            #[cfg(not(any(kmm_loom, feature = "testing")))]
+            let _ = slabs;
             if n < self.cap() {
                 *c.slot(n) = p;
                 c.set_size(n + 1);
-                slabs.stat(cpu, StatItem::FreeFastpath);
                 return true;
             }
         }

@@ -3,9 +3,13 @@
 //! out-of-line call that does everything else (guards, refills, checks,
 //! errors, retries).
 
+#[cfg(not(feature = "debug"))]
+use super::LEAF_ON;
 use super::{KmemCache, MODE_DESTROYED, MODE_SHEAVES, MODE_TID};
 use crate::error::{AllocError, FreeError};
 use crate::sheaves::Heads;
+#[cfg(not(feature = "debug"))]
+use crate::sheaves::Leaf;
 use crate::tid::FastFree;
 use arch_api::Platform;
 use core::ptr::NonNull;
@@ -66,6 +70,35 @@ impl<K: Platform> KmemCache<K> {
         };
         // SAFETY: objects are inside slab memory, never at address 0.
         Some(unsafe { NonNull::new_unchecked(p as *mut u8) })
+    }
+
+    /// The part of [`alloc_fast`](Self::alloc_fast) that is leaf code: the
+    /// sheaves front's step without a guard and without a counter; `None`
+    /// for anything else (the tid front, the fast-path counters on, a
+    /// backend that needs the guard, a miss).
+    ///
+    /// # Safety
+    /// As [`alloc_at`](Self::alloc_at).
+    #[cfg(not(feature = "debug"))]
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_leaf(&self, at: impl FnOnce() -> Heads) -> Option<NonNull<u8>> {
+        if self.leaf.load(Ordering::Relaxed) != LEAF_ON {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        match unsafe { self.sheaves.alloc_leaf(&self.slabs, at()) } {
+            // SAFETY: objects are inside slab memory, never at address 0.
+            Leaf::Done { value, .. } => Some(unsafe { NonNull::new_unchecked(value as *mut u8) }),
+            Leaf::Miss | Leaf::Guard => None,
+        }
+    }
+
+    /// Under `debug` there is no leaf (every allocation is checked).
+    #[cfg(feature = "debug")]
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_leaf(&self, at: impl FnOnce() -> Heads) -> Option<NonNull<u8>> {
+        let _ = at;
+        None
     }
 
     /// The tid front's fast path, out of line: its DW-CAS and the live
@@ -179,6 +212,33 @@ impl<K: Platform> KmemCache<K> {
         } else {
             self.tid_free_fast(p)
         }
+    }
+
+    /// The part of [`free_fast`](Self::free_fast) that is leaf code, with
+    /// its checks (as [`alloc_leaf`](Self::alloc_leaf)): `true` if `p` was
+    /// freed.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free) and [`alloc_at`](Self::alloc_at).
+    #[cfg(not(feature = "debug"))]
+    #[inline(always)]
+    pub(crate) unsafe fn free_leaf(&self, p: usize, at: impl FnOnce() -> Heads) -> bool {
+        if self.leaf.load(Ordering::Relaxed) != LEAF_ON
+            || !self.slabs.geo().is_object_in_own_slab(p)
+        {
+            return false;
+        }
+        // SAFETY: the caller's contract.
+        let done = unsafe { self.sheaves.free_leaf(&self.slabs, p, at()) };
+        matches!(done, Leaf::Done { .. })
+    }
+
+    /// Under `debug` there is no leaf (every free is checked).
+    #[cfg(feature = "debug")]
+    #[inline(always)]
+    pub(crate) unsafe fn free_leaf(&self, p: usize, at: impl FnOnce() -> Heads) -> bool {
+        let _ = (p, at);
+        false
     }
 
     /// The tid front's fast free, out of line as

@@ -6,7 +6,9 @@ use crate::{REGION, boot, die, kmalloc, kmalloc_ready};
 use core::ffi::c_void;
 use core::ptr::{NonNull, null_mut};
 use core::sync::atomic::Ordering;
-use slub_core::{FreeError, KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, kmalloc_index};
+use slub_core::{
+    FreeError, KMALLOC_MAX_CACHE_SIZE, KMALLOC_MIN_SIZE, NR_KMALLOC_CLASSES, kmalloc_index,
+};
 
 /// Largest block served from the region's page blocks; above, `mmap`.
 const REGION_MAX: usize = 1 << 20;
@@ -30,8 +32,42 @@ fn set_enomem() {
 }
 
 /// `size` bytes aligned to `align` (a power of two), or null (errno set).
+///
+/// The inlined part is the class's per-CPU fast path and nothing else, so
+/// `malloc` needs no stack frame; everything else is one tail call.
 #[inline(always)]
 pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
+    if let Some(km) = crate::kmalloc_if_ready()
+        && let Some(i) = kmalloc_index(size, align)
+    {
+        if let Some(p) = km.try_alloc_class(i) {
+            return p.as_ptr();
+        }
+        return alloc_class_slow(i);
+    }
+    alloc_slow(size, align)
+}
+
+/// Class `i`'s whole allocation (the caches are set up): the tid front's
+/// fast path, a refill, an error (`extern "C"` as [`alloc_slow`]).
+#[inline(never)]
+extern "C" fn alloc_class_slow(i: usize) -> *mut u8 {
+    // SAFETY: called after `kmalloc_if_ready` answered.
+    let km = unsafe { kmalloc_ready() };
+    match km.alloc_class(i) {
+        Ok(p) => p.as_ptr(),
+        Err(_) => {
+            set_enomem();
+            null_mut()
+        }
+    }
+}
+
+/// The whole `malloc`: set-up, the slow paths, large blocks, errors.
+/// `extern "C"` (so a panic aborts here): the fast path's call then needs
+/// no unwind landing pad and is a tail call.
+#[inline(never)]
+extern "C" fn alloc_slow(size: usize, align: usize) -> *mut u8 {
     let Some(km) = kmalloc() else {
         let p = boot::alloc(size, align);
         if p.is_null() {
@@ -92,8 +128,31 @@ fn usable(p: usize) -> Option<usize> {
     unsafe { region::huge_header(p) }.map(|(_, _, bytes)| bytes)
 }
 
+/// `free`: as [`alloc`], the class's fast path inlined and the rest one
+/// tail call.
 #[inline(always)]
 fn dealloc(p: *mut u8) {
+    let a = p as usize;
+    // 0 (outside the region, a null pointer included) and large blocks
+    // wrap to at least `NR_KMALLOC_CLASSES`: one test for "a slab object".
+    let i = (REGION.entry_value(a) as usize).wrapping_sub(1);
+    if i < NR_KMALLOC_CLASSES {
+        // SAFETY: inside the region, so not null.
+        let ptr = unsafe { NonNull::new_unchecked(p) };
+        // SAFETY: as in `dealloc_slow`.
+        let km = unsafe { kmalloc_ready() };
+        // SAFETY: as in `dealloc_slow`.
+        if unsafe { km.try_free_class(i, ptr) } {
+            return;
+        }
+    }
+    dealloc_slow(p)
+}
+
+/// The whole `free`: the slow paths, large and foreign blocks, errors
+/// (`extern "C"` as [`alloc_slow`]).
+#[inline(never)]
+extern "C" fn dealloc_slow(p: *mut u8) {
     let Some(ptr) = NonNull::new(p) else {
         return;
     };

@@ -92,11 +92,18 @@ static KM: KmCell = KmCell(UnsafeCell::new(MaybeUninit::uninit()));
 /// one setting them up (it re-entered) or if that failed.
 #[inline(always)]
 pub(crate) fn kmalloc() -> Option<&'static Kmalloc<Preload>> {
+    kmalloc_if_ready().or_else(init)
+}
+
+/// The caches if they are set up, else `None` (without setting them up:
+/// for a fast path whose miss calls one that does).
+#[inline(always)]
+pub(crate) fn kmalloc_if_ready() -> Option<&'static Kmalloc<Preload>> {
     if STATE.load(Ordering::Acquire) == READY {
         // SAFETY: READY was published after `KM` was written.
         return Some(unsafe { (*KM.0.get()).assume_init_ref() });
     }
-    init()
+    None
 }
 
 /// The caches, known to be set up: for `free` of a slab object, whose class

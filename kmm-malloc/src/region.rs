@@ -171,6 +171,20 @@ impl Region {
         Some(unsafe { &*t.add(off / PAGE) })
     }
 
+    /// The table entry's value for the page holding `p`, 0 outside the
+    /// region: [`entry`](Self::entry) for `free`'s fast path, without an
+    /// `Option` whose test the caller pays for.
+    #[inline(always)]
+    pub fn entry_value(&self, p: usize) -> u32 {
+        let off = p.wrapping_sub(self.map.base.load(Ordering::Relaxed));
+        if off >= self.map.bytes.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let t = self.map.table.load(Ordering::Relaxed) as *const AtomicU32;
+        // SAFETY: as in `entry`.
+        unsafe { &*t.add(off / PAGE) }.load(Ordering::Relaxed)
+    }
+
     /// Records that the slab at `slab` (`bytes` long, in the region) holds
     /// objects of class `class`.
     pub fn note_slab(&self, slab: usize, bytes: usize, class: usize) {

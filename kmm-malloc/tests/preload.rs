@@ -44,6 +44,7 @@ fn child_entry() {
         Ok("fork_stress") => fork_stress(),
         Ok("double_free") => double_free(),
         Ok("large_double_free") => large_double_free(),
+        Ok("misaligned_free") => misaligned_free(),
         _ => {}
     }
 }
@@ -255,6 +256,18 @@ fn large_double_free() {
     }
 }
 
+fn misaligned_free() {
+    // SAFETY: as above: a pointer inside a block, not its start. The block
+    // is freed and allocated first, so that its class's sheaf (or CPU
+    // freelist) is warm: the inlined fast path sees this free.
+    unsafe {
+        let p = std::hint::black_box(libc::malloc(40));
+        libc::free(std::hint::black_box(p));
+        let p = std::hint::black_box(libc::malloc(40)).cast::<u8>();
+        libc::free(std::hint::black_box(p.add(8)).cast());
+    }
+}
+
 #[test]
 fn c_interface_threads_and_fork_on_both_fronts() {
     for front in ["tid", "sheaves"] {
@@ -280,6 +293,19 @@ fn double_free_aborts_with_a_message() {
         assert!(
             err.contains("kmm-malloc: free(): double free"),
             "{case}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_free_inside_a_block_aborts_with_a_message_on_both_fronts() {
+    for front in ["tid", "sheaves"] {
+        let out = child("misaligned_free", front);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{front}: must abort");
+        assert!(
+            err.contains("kmm-malloc: free(): invalid pointer (not an object boundary)"),
+            "{front}: {err}"
         );
     }
 }

@@ -21,7 +21,8 @@
 //!   paths' hits, `alloc_fastpath` / `free_fastpath`: a per-CPU store on
 //!   every hit that cost glibc-simple 14 % of its time).
 //! * The caches keep Linux's tunables (sheaves sized by object size, as
-//!   Linux sizes them since 2026, but 32 KiB of objects from 1 KiB up) except the sheaves front's barn,
+//!   Linux sizes them since 2026, but at least 8 KiB of objects below
+//!   1 KiB and 32 KiB from 1 KiB up) except the sheaves front's barn,
 //!   which may hold up to 1 MiB of full sheaves per cache (a program that
 //!   frees a thousand blocks in a row then exchanges sheaves instead of
 //!   flushing them to slabs); `KMM_SLUB_SHEAF` / `KMM_SLUB_BARN` override
@@ -182,20 +183,39 @@ const BARN_MAX_FULL: usize = 64;
 /// them (see [`sheaf_capacity`]).
 const SHEAF_BYTES: usize = 32 << 10;
 
-/// Objects per sheaf for `size`-byte objects: Linux's capacity by size
-/// ([`slub_core::sheaf_capacity_for`]) below 1 KiB (62 slots for small
-/// objects, 30 from 256 bytes); from 1 KiB, [`SHEAF_BYTES`] of objects,
-/// between Linux's (14, then 6 from a page) and the uniform 32.
+/// Objects below 1 KiB: a sheaf holds at least this many bytes of them,
+/// up to [`SMALL_SHEAF_MAX`] slots (see [`sheaf_capacity`]).
+const SMALL_SHEAF_BYTES: usize = 8 << 10;
+
+/// Most slots in a sheaf of small objects (its slot array: 2 KiB).
+const SMALL_SHEAF_MAX: usize = 254;
+
+/// Objects per sheaf for `size`-byte objects. Below 1 KiB, Linux's
+/// capacity by size ([`slub_core::sheaf_capacity_for`]: 62 slots for
+/// small objects, 30 from 256 bytes) or [`SMALL_SHEAF_BYTES`] of objects
+/// if that is more, at most [`SMALL_SHEAF_MAX`] (8 to 32 bytes: 254, 64:
+/// 128, 128: 64); from 1 KiB, [`SHEAF_BYTES`] of objects, between Linux's
+/// (14, then 6 from a page) and the uniform 32.
 ///
 /// Measured on a 16-CPU machine (BENCHMARKS.md, session 14): the uniform
 /// 32 kept 1.7-2x mimalloc's peak RSS on mstress (two sheaves of 4 KiB
 /// objects per CPU are 256 KiB); Linux's 14 slots for kmalloc-1k made
 /// sh6bench at 16 threads 1.85x slower (half its blocks are 513-1006
 /// bytes, and every 14th `malloc` went to the one barn lock).
+///
+/// Small objects' larger sheaves keep them on their CPU (session 19): a
+/// CPU whose two sheaves are both full puts one in the barn, and a CPU
+/// whose two are empty takes one from there, with its objects still in
+/// the other CPU's cache. For one class's random walk of frees and
+/// allocations those exchanges fall with the square of the capacity, so
+/// the objects that change CPUs fall with the capacity. alloc-test at 2
+/// threads, when this VM's cross-CPU transfers are slow, took 1.6x
+/// mimalloc's time with 62 slots (half its samples in the benchmark's own
+/// reads and writes of the objects) and 1.15x with these.
 fn sheaf_capacity(size: usize) -> usize {
     let linux = slub_core::sheaf_capacity_for(size);
     if size < 1024 {
-        return linux;
+        return linux.max((SMALL_SHEAF_BYTES / size).min(SMALL_SHEAF_MAX));
     }
     (SHEAF_BYTES / size).clamp(linux, CacheConfig::default().sheaf_capacity)
 }
@@ -363,3 +383,17 @@ pub(crate) fn trim() -> usize {
 
 #[cfg(test)]
 mod stress_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::sheaf_capacity;
+
+    #[test]
+    fn sheaves_hold_8_kib_of_small_objects_and_linux_s_count_above() {
+        let caps: Vec<usize> = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
+            .iter()
+            .map(|&s| sheaf_capacity(s))
+            .collect();
+        assert_eq!(caps, [254, 254, 254, 128, 64, 32, 30, 32, 16, 8, 6]);
+    }
+}

@@ -161,28 +161,31 @@ impl Region {
     /// The table entry of the page holding `p`, or `None` outside the region.
     #[inline(always)]
     pub fn entry(&self, p: usize) -> Option<&AtomicU32> {
+        // SAFETY: `entry_ptr` answers a live entry (for the process).
+        self.entry_ptr(p).map(|e| unsafe { &*e })
+    }
+
+    /// The table entry's value for the page holding `p`, 0 outside the
+    /// region: [`entry`](Self::entry) for `free`'s fast path, without an
+    /// `Option<&_>` whose null test the caller would pay for.
+    #[inline(always)]
+    pub fn entry_value(&self, p: usize) -> u32 {
+        // SAFETY: as in `entry`.
+        self.entry_ptr(p)
+            .map_or(0, |e| unsafe { &*e }.load(Ordering::Relaxed))
+    }
+
+    /// Where the entry of the page holding `p` is, if `p` is in the region.
+    #[inline(always)]
+    fn entry_ptr(&self, p: usize) -> Option<*const AtomicU32> {
         let off = p.wrapping_sub(self.map.base.load(Ordering::Relaxed));
         if off >= self.map.bytes.load(Ordering::Relaxed) {
             return None;
         }
         let t = self.map.table.load(Ordering::Relaxed) as *const AtomicU32;
-        // SAFETY: the table has one entry per region page and `off` is in
-        // the region; it lives (mapped) as long as the process.
-        Some(unsafe { &*t.add(off / PAGE) })
-    }
-
-    /// The table entry's value for the page holding `p`, 0 outside the
-    /// region: [`entry`](Self::entry) for `free`'s fast path, without an
-    /// `Option` whose test the caller pays for.
-    #[inline(always)]
-    pub fn entry_value(&self, p: usize) -> u32 {
-        let off = p.wrapping_sub(self.map.base.load(Ordering::Relaxed));
-        if off >= self.map.bytes.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let t = self.map.table.load(Ordering::Relaxed) as *const AtomicU32;
-        // SAFETY: as in `entry`.
-        unsafe { &*t.add(off / PAGE) }.load(Ordering::Relaxed)
+        // The table has one entry per region page and `off` is in the
+        // region; it lives (mapped) as long as the process.
+        Some(t.wrapping_add(off / PAGE))
     }
 
     /// Records that the slab at `slab` (`bytes` long, in the region) holds

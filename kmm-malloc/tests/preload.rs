@@ -45,6 +45,7 @@ fn child_entry() {
         Ok("double_free") => double_free(),
         Ok("large_double_free") => large_double_free(),
         Ok("misaligned_free") => misaligned_free(),
+        Ok("dlclose") => dlclose(),
         _ => {}
     }
 }
@@ -266,6 +267,46 @@ fn misaligned_free() {
         let p = std::hint::black_box(libc::malloc(40)).cast::<u8>();
         libc::free(std::hint::black_box(p.add(8)).cast());
     }
+}
+
+/// Opens the library (not preloaded: glibc's malloc stays the process's),
+/// closes it, and looks it up again without loading it.
+fn dlclose() {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(library().as_os_str().as_bytes()).unwrap();
+    // SAFETY: dlopen/dlclose of a library whose initialisers only set up
+    // its own state; nothing of it is called.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "dlopen failed");
+        assert_eq!(libc::dlclose(h), 0);
+        let again = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(
+            !again.is_null(),
+            "dlclose unmapped the library (its rseq descriptors with it)"
+        );
+        libc::dlclose(again);
+    }
+    println!("CHILD-OK");
+}
+
+/// arch-api's `rseq-resident` leaves a thread's `rseq_cs` pointing into
+/// the library after a section: `dlclose` must never unmap it (`-z
+/// nodelete`, build.rs).
+#[test]
+fn dlclose_never_unmaps_the_library() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("KMM_CHILD", "dlclose")
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && so.contains("CHILD-OK"),
+        "{:?}\n{so}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

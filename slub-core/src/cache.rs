@@ -363,6 +363,19 @@ impl<K: Platform> KmemCache<K> {
         self.mode.load(Ordering::Relaxed) == MODE_DESTROYED
     }
 
+    /// Whether the sheaves front's fast path may run as bare leaf code
+    /// (the `leaf` byte).
+    pub(crate) fn leaf_on(&self) -> bool {
+        self.leaf.load(Ordering::Relaxed) == LEAF_ON
+    }
+
+    /// Whether `p` is an object boundary inside a slab of this cache's
+    /// geometry: the leaf free's check.
+    #[inline(always)]
+    pub(crate) fn is_object_in_own_slab(&self, p: usize) -> bool {
+        self.slabs.geo().is_object_in_own_slab(p)
+    }
+
     /// The cache's name.
     pub fn name(&self) -> &'static str {
         self.name

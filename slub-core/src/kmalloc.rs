@@ -21,6 +21,7 @@ mod deferred;
 mod fork;
 mod krealloc;
 pub(crate) mod large_list;
+mod leaf;
 mod nolock;
 mod random;
 mod random_site;
@@ -56,6 +57,8 @@ const _: () = assert!(NR_KMALLOC_CLASSES <= ROW_LINES);
 
 /// The kmalloc caches and the large-allocation path, on the platform `K`.
 pub struct Kmalloc<K: Platform> {
+    /// What the leaf fast paths read besides the class's sheaves line.
+    leaf: leaf::LeafLine<K::Cpu>,
     caches: [KmemCache<K>; NR_KMALLOC_CLASSES],
     /// The caches' per-CPU sheaves lines, a row per CPU (none on the tid
     /// front): the fast paths compute a class's line from the class
@@ -155,7 +158,13 @@ where
             Ok(c) => c,
             Err(_) => unreachable!("checked above"),
         });
+        let leaf = leaf::LeafLine::new(
+            cpus,
+            sheaf_area.is_some().then(|| sheaf_area.heads(0)),
+            caches.iter().all(|c| c.leaf_on()),
+        );
         Ok(Self {
+            leaf,
             caches,
             sheaf_area,
             pages: PlatformMem(mem),
@@ -223,14 +232,19 @@ impl<K: Platform> Kmalloc<K> {
     /// nothing else: on the sheaves front, with a backend that pins for free
     /// or has a guard-free step (an rseq section), one pop from the CPU's
     /// main sheaf. `None` whenever the caller must call `alloc_class`: an
-    /// empty sheaf, the CPU's lock held, the tid front (whose fast path is
-    /// out of line anyway), a backend that needs the CPU's guard, the
-    /// fast-path counters on ([`CacheConfig::fast_path_stats`] under
-    /// `stats`: `alloc_class` counts), `debug`.
+    /// empty sheaf, a sheaf that a holder of the CPU's guard is changing,
+    /// the tid front (whose fast path is out of line anyway), a backend
+    /// that needs the CPU's guard, the fast-path counters on
+    /// ([`CacheConfig::fast_path_stats`] under `stats`: `alloc_class`
+    /// counts), `debug`.
     ///
     /// It makes no call, so a caller that inlines it, and turns a `None`
     /// into one tail call, needs no stack frame on its fast path
-    /// (kmm-malloc's `malloc`; BENCHMARKS.md, session 19).
+    /// (kmm-malloc's `malloc`; BENCHMARKS.md, session 19). With a backend
+    /// that has guard-free steps it reads one line shared by every class
+    /// (whether the leaf may run, the CPUs, where the sheaves are), the
+    /// class's sheaves line and the slot: no line of the class's cache
+    /// (BENCHMARKS.md, session 20).
     ///
     /// # Panics
     /// If `i` is not below [`NR_KMALLOC_CLASSES`].
@@ -239,8 +253,14 @@ impl<K: Platform> Kmalloc<K> {
     #[inline(always)]
     pub fn try_alloc_class(&self, i: usize) -> Option<NonNull<u8>> {
         let c = &self.caches[i];
-        // SAFETY: class `i`'s lines (`heads`).
-        unsafe { c.alloc_leaf(|| self.heads(i)) }
+        if <K::Cpu as CpuLocal>::HAS_PINNED_CPU {
+            // SAFETY: class `i`'s lines (`heads`).
+            return unsafe { c.alloc_leaf(|| self.heads(i)) };
+        }
+        self.leaf
+            .pop(i)
+            // SAFETY: objects are inside slab memory, never at address 0.
+            .map(|p| unsafe { NonNull::new_unchecked(p as *mut u8) })
     }
 
     /// The leaf of [`free_class`](Self::free_class)'s fast path with its
@@ -256,8 +276,14 @@ impl<K: Platform> Kmalloc<K> {
     #[inline(always)]
     pub unsafe fn try_free_class(&self, i: usize, ptr: NonNull<u8>) -> bool {
         let c = &self.caches[i];
-        // SAFETY: the caller's contract; class `i`'s lines (`heads`).
-        unsafe { c.free_leaf(ptr.as_ptr() as usize, || self.heads(i)) }
+        let p = ptr.as_ptr() as usize;
+        if <K::Cpu as CpuLocal>::HAS_PINNED_CPU {
+            // SAFETY: the caller's contract; class `i`'s lines (`heads`).
+            return unsafe { c.free_leaf(p, || self.heads(i)) };
+        }
+        // SAFETY: the caller's contract: an object of class `i`, which the
+        // boundary check confirms is not inside one.
+        c.is_object_in_own_slab(p) && unsafe { self.leaf.push(i, p) }
     }
 
     /// `kmalloc`.
@@ -377,6 +403,8 @@ impl<K: Platform> Kmalloc<K> {
         if pending != 0 {
             return Err(DestroyError::DeferredPending { objects: pending });
         }
+        // Before any cache goes: the leaf must not reach a destroyed one.
+        self.leaf.turn_off();
         let mut first = Ok(());
         for c in &mut self.caches {
             let r = c.destroy();

@@ -21,8 +21,8 @@ use arch_api::{DwCas, LocalOp};
 use core::marker::PhantomData;
 use core::ptr::null_mut;
 use lines::LINE_SHIFT;
-use lines::SheafLines;
 pub(crate) use lines::{Heads, ROW_LINES, SheafArea};
+use lines::{SheafLines, Stopped};
 
 mod bulk;
 mod line;
@@ -38,7 +38,8 @@ const _: () = assert!(LINE_SHIFT == arch_api::LocalStacks::LINE);
 pub(crate) enum Leaf {
     /// Popped `value` (or pushed it, for a free) on CPU `cpu`, not counted.
     Done { cpu: usize, value: usize },
-    /// The sheaf is empty or full, or the CPU's lock is held: the slow path.
+    /// The sheaf is empty or full, or a holder of the CPU's guard has
+    /// stopped the steps on it: the slow path.
     Miss,
     /// The backend has no guard-free step: the step needs the CPU's guard.
     Guard,
@@ -78,6 +79,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             (true, Some(at)) => unsafe { SheafLines::column(at) },
             (true, None) => SheafLines::own(pages, nr_cpus)?,
         };
+        for i in 0..if enabled { nr_cpus } else { 0 } {
+            // SAFETY: the lines are this cache's (its own block, or its
+            // column by the caller's contract) and nothing uses them yet.
+            unsafe { cpu.get(i).set_cap(barn.cap()) };
+        }
         Some(Self {
             cpu,
             cap: barn.cap(),
@@ -102,6 +108,18 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// The barn (its sheaf pool also holds the deferred-free batches).
     pub(crate) fn barn(&self) -> &Barn<R> {
         &self.barn
+    }
+
+    /// CPU `cpu`'s line, the backend's guard-free steps on it stopped
+    /// while the handle lives (`SheafLines::stopped`).
+    ///
+    /// # Safety
+    /// The caller holds `cpu`'s guard, is pinned to it (`pinned_cpu`), or
+    /// has exclusive access.
+    #[inline(always)]
+    unsafe fn line<'a>(&'a self, slabs: &'a Slabs<P, C, D, R>, cpu: usize) -> Stopped<'a, C> {
+        // SAFETY: the caller's contract.
+        unsafe { self.cpu.stopped(slabs.cpus(), cpu, self.cap) }
     }
 
     /// Sheaf capacity (at least 1).
@@ -166,7 +184,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             // one restartable sequence.
             // SAFETY: `at` is where this front's lines are (the caller's
             // contract), which `Heads::stacks` describes.
-            match unsafe { slabs.cpus().pop_local(&at.stacks(self.cap())) } {
+            match unsafe { slabs.cpus().pop_local(&at.stacks()) } {
                 LocalOp::Done { cpu, value } => Leaf::Done { cpu, value },
                 LocalOp::Miss => Leaf::Miss,
                 LocalOp::Pin => Leaf::Guard,
@@ -227,7 +245,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// As [`sheaf_pop`](Self::sheaf_pop).
     #[inline(always)]
     unsafe fn sheaf_take(&self, slabs: &Slabs<P, C, D, R>, cpu: usize) -> Option<usize> {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
+        // has the lines to itself).
+        let c = unsafe { self.line(slabs, cpu) };
         // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
         // `cap` means a main sheaf whose first `size` slots hold objects.
         unsafe {
@@ -254,7 +274,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         slabs: &Slabs<P, C, D, R>,
         cpu: usize,
     ) -> Result<usize, AllocError> {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
+        // has the lines to itself).
+        let c = unsafe { self.line(slabs, cpu) };
         slabs.stat(cpu, StatItem::AllocSlowpath);
         // SAFETY: under the guard of `cpu`, the main and spare sheaves are
         // ours; sheaves returned by the barn are ours.
@@ -344,7 +366,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
             }
         } else {
             // SAFETY: as in `alloc_leaf`.
-            match unsafe { slabs.cpus().push_local(&at.stacks(self.cap()), p) } {
+            match unsafe { slabs.cpus().push_local(&at.stacks(), p) } {
                 LocalOp::Done { cpu, .. } => Leaf::Done { cpu, value: p },
                 LocalOp::Miss => Leaf::Miss,
                 LocalOp::Pin => Leaf::Guard,
@@ -407,7 +429,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
     /// As [`sheaf_push`](Self::sheaf_push).
     #[inline(always)]
     unsafe fn sheaf_put(&self, slabs: &Slabs<P, C, D, R>, cpu: usize, p: usize) -> bool {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
+        // has the lines to itself).
+        let c = unsafe { self.line(slabs, cpu) };
         // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
         // `cap` means a main sheaf with room.
         unsafe {
@@ -436,7 +460,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         cpu: usize,
         p: usize,
     ) -> Result<(), FreeError> {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
+        // has the lines to itself).
+        let c = unsafe { self.line(slabs, cpu) };
         slabs.stat(cpu, StatItem::FreeSlowpath);
         // SAFETY: as in `alloc_slow`.
         unsafe {
@@ -505,7 +531,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         slabs: &Slabs<P, C, D, R>,
         cpu: usize,
     ) {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
+        // has the lines to itself).
+        let c = unsafe { self.line(slabs, cpu) };
         // SAFETY: the guard (or exclusivity) makes the sheaves ours.
         let sheaves = unsafe { [c.take_main(), c.spare.get()] };
         // SAFETY: as above.

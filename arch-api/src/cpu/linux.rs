@@ -27,10 +27,12 @@
 //!   says which; the `rseq` module explains why it is sound.
 //! * In that rseq mode [`pop_local`](CpuLocal::pop_local) and
 //!   [`push_local`](CpuLocal::push_local) are rseq sections too: the pop
-//!   or push itself is the commit, and the CPU's lock is only read (a
-//!   holder makes the step miss), so a `malloc` that hits its CPU's sheaf
-//!   writes no lock at all (module `rseq_stack`). Outside it the same
-//!   sections miss at once, and the caller pins.
+//!   or push itself is the commit, and they read nothing but the stack's
+//!   own line (a holder of the CPU's lock stops a stack before it touches
+//!   it: [`stop_local`](CpuLocal::stop_local)), so a `malloc` that hits
+//!   its CPU's sheaf neither writes nor reads a lock (module
+//!   `rseq_stack`). Outside it the same sections miss at once, and the
+//!   caller pins.
 //! * `OWNER_ONLY_WRITES = false`: the tid fast path uses the SMP DW-CAS; a
 //!   thread migrated between reading the tid and the CAS fails the CAS and
 //!   retries.
@@ -297,10 +299,9 @@ unsafe impl CpuLocal for LinuxCpus {
     #[inline(always)]
     unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
         if rseq_stack::handles(stacks) {
-            // SAFETY: `local_nr` is non-zero only when `rseq::active()`,
-            // and then `locks.len() >= nr == local_nr`; the caller's
-            // contract covers `stacks`.
-            return unsafe { rseq_stack::pop(self.locks, self.local_nr, stacks) };
+            // SAFETY: `local_nr` is non-zero only when `rseq::active()`;
+            // the caller's contract covers `stacks`.
+            return unsafe { rseq_stack::pop(self.local_nr, stacks) };
         }
         LocalOp::Pin
     }
@@ -309,9 +310,31 @@ unsafe impl CpuLocal for LinuxCpus {
     unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
         if rseq_stack::handles(stacks) {
             // SAFETY: as in `pop_local`.
-            return unsafe { rseq_stack::push(self.locks, self.local_nr, stacks, value) };
+            return unsafe { rseq_stack::push(self.local_nr, stacks, value) };
         }
         LocalOp::Pin
+    }
+
+    /// Only where the sections can commit (rseq mode, a stride they
+    /// handle): a section on the caller's CPU if it is `cpu`, else a store
+    /// and `membarrier` aimed at `cpu` (module `rseq_stack`).
+    #[inline]
+    unsafe fn stop_local(&self, stacks: &LocalStacks, cpu: usize) {
+        if self.local_nr != 0 && rseq_stack::handles(stacks) {
+            // SAFETY: rseq is active (`local_nr`); the caller holds `cpu`'s
+            // guard and `stacks` is as the sections are given it.
+            unsafe { rseq_stack::stop(cpu, stacks.cap_word(cpu), true) };
+        }
+    }
+
+    #[inline]
+    unsafe fn restart_local(&self, stacks: &LocalStacks, cpu: usize, cap: usize) {
+        if self.local_nr != 0 && rseq_stack::handles(stacks) {
+            // SAFETY: the caller's contract: the word is the stopped
+            // stack's, ours while we hold the guard. x86 keeps this store
+            // after the holder's changes to the stack.
+            unsafe { core::ptr::write_volatile(stacks.cap_word(cpu), cap) };
+        }
     }
 }
 
@@ -524,6 +547,7 @@ mod tests {
         struct Line {
             slots: *mut usize,
             len: usize,
+            cap: usize,
         }
         let nr = cpus.nr_cpus();
         let mut store: std::vec::Vec<[usize; 4]> = (0..nr).map(|i| [i + 1, 0, 0, 0]).collect();
@@ -532,11 +556,12 @@ mod tests {
             .map(|s| Line {
                 slots: s.as_mut_ptr(),
                 len: 1,
+                cap: 4,
             })
             .collect();
         // SAFETY: one 64-byte line per CPU id, each pointing to 4 slots
         // that `store` keeps alive; only this thread touches them.
-        let stacks = unsafe { LocalStacks::new(lines.as_ptr().cast(), LocalStacks::LINE, 4) };
+        let stacks = unsafe { LocalStacks::new(lines.as_ptr().cast(), LocalStacks::LINE) };
         // In rseq mode a step preempted inside its section misses too: a
         // few tries.
         let tries = if rseq { 1000 } else { 1 };

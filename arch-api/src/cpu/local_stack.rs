@@ -10,27 +10,33 @@
 //! respect to every other user of that CPU's stacks: other code on that CPU
 //! (preemption, signals or interrupts between the CPU id's read and the
 //! commit restart the step or make it miss), and holders of that CPU's
-//! [`pin`](super::CpuLocal::pin) guard, on any CPU (the step reads the
-//! guard's state inside the sequence and misses while it is held).
+//! [`pin`](super::CpuLocal::pin) guard, on any CPU. A holder that touches
+//! a stack stops its steps first
+//! ([`stop_local`](super::CpuLocal::stop_local): the stack's capacity
+//! becomes 0, fenced against steps in flight) and restarts them when done
+//! ([`restart_local`](super::CpuLocal::restart_local)), so the steps read
+//! nothing but the stack's own line.
 //!
 //! The default answer is [`LocalOp::Pin`]: the caller pins and does the same
 //! under the guard, as before.
 
 /// Where a front keeps one LIFO stack of `usize` words per CPU.
 ///
-/// CPU `i`'s stack is described by two words at
-/// `heads + (i << head_shift)` bytes: a pointer to its slot 0, then its
-/// length (the slots being the `usize`s from slot 0 on). The step reads
-/// one line and then the slot. A length above `cap` (a CPU without a
-/// stack, whose slot pointer may be null) makes both steps miss, so there
-/// is no separate null test. Backends' guard-free steps may handle only
+/// CPU `i`'s stack is described by three words at
+/// `heads + (i << head_shift)` bytes: a pointer to its slot 0, its length
+/// (the slots being the `usize`s from slot 0 on) and its capacity. The
+/// step reads that one line and then the slot: the capacity sits in the
+/// line the step reads anyway, not in the front's own structure (one line
+/// fewer per step; BENCHMARKS.md, session 20). A length above the
+/// capacity (a CPU without a stack, whose slot pointer may be null) makes
+/// both steps miss, so there is no separate null test, and a capacity of
+/// 0 turns a CPU's steps off. Backends' guard-free steps may handle only
 /// the strides [`LINE`](Self::LINE) and [`ROW`](Self::ROW) and answer
 /// [`LocalOp::Pin`] for others.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalStacks {
     heads: *const usize,
     head_shift: u32,
-    cap: usize,
 }
 
 impl LocalStacks {
@@ -43,26 +49,24 @@ impl LocalStacks {
     /// and the CPU, with no load of the user's own base).
     pub const ROW: u32 = 10;
 
-    /// Describes the stacks: CPU `i`'s slot pointer and length at
-    /// `heads + (i << head_shift)` bytes, `cap` slots per stack.
+    /// Describes the stacks: CPU `i`'s slot pointer, length and capacity at
+    /// `heads + (i << head_shift)` bytes.
     ///
     /// # Safety
-    /// For every CPU id of the backend this is handed to, the two words are
-    /// valid and, whenever the length is at most `cap`, the slot pointer
-    /// points to `cap` valid slots; all of it written only by
+    /// For every CPU id of the backend this is handed to, the three words
+    /// are valid and, whenever the length is at most the capacity, the slot
+    /// pointer points to that many valid slots; the slot pointer and the
+    /// length are written only by
     /// [`CpuLocal::pop_local`](super::CpuLocal::pop_local) /
     /// [`push_local`](super::CpuLocal::push_local) or under that CPU's
-    /// guard, for as long as the description is used.
+    /// guard, and the capacity only while nothing uses the description,
+    /// for as long as it is used.
     #[inline(always)]
-    pub const unsafe fn new(heads: *const usize, head_shift: u32, cap: usize) -> Self {
-        Self {
-            heads,
-            head_shift,
-            cap,
-        }
+    pub const unsafe fn new(heads: *const usize, head_shift: u32) -> Self {
+        Self { heads, head_shift }
     }
 
-    /// Address of CPU 0's slot pointer (its length follows).
+    /// Address of CPU 0's slot pointer (its length and capacity follow).
     #[inline(always)]
     pub fn heads(&self) -> *const usize {
         self.heads
@@ -74,25 +78,21 @@ impl LocalStacks {
         self.head_shift
     }
 
-    /// Slots per stack.
-    #[inline(always)]
-    pub fn cap(&self) -> usize {
-        self.cap
-    }
-
-    /// Pops from CPU `cpu`'s stack, as a guard holder does.
+    /// Pops from CPU `cpu`'s stack of capacity `cap`, as a guard holder
+    /// does (the capacity word reads 0 while the stack is stopped).
     ///
     /// # Safety
-    /// The caller holds `cpu`'s guard (or has exclusive use of its stacks);
-    /// the description's contract holds.
+    /// The caller holds `cpu`'s guard and has stopped the stack's steps
+    /// (or has exclusive use of its stacks); the description's contract
+    /// holds, with capacity `cap`.
     #[inline(always)]
-    pub unsafe fn pop_pinned(&self, cpu: usize) -> Option<usize> {
+    pub unsafe fn pop_pinned(&self, cpu: usize, cap: usize) -> Option<usize> {
         let h = self.head(cpu);
-        // SAFETY: the caller's contract: the two words are valid and ours,
-        // and a length of at most `cap` means `cap` valid slots.
+        // SAFETY: the caller's contract: the three words are valid and ours,
+        // and a length of at most the capacity means that many valid slots.
         unsafe {
             let n = (*h.add(1)).wrapping_sub(1);
-            if n >= self.cap {
+            if n >= cap {
                 return None;
             }
             *h.add(1) = n;
@@ -100,17 +100,18 @@ impl LocalStacks {
         }
     }
 
-    /// Pushes `value` onto CPU `cpu`'s stack, as a guard holder does.
+    /// Pushes `value` onto CPU `cpu`'s stack of capacity `cap`, as a guard
+    /// holder does.
     ///
     /// # Safety
     /// As [`pop_pinned`](Self::pop_pinned).
     #[inline(always)]
-    pub unsafe fn push_pinned(&self, cpu: usize, value: usize) -> bool {
+    pub unsafe fn push_pinned(&self, cpu: usize, cap: usize, value: usize) -> bool {
         let h = self.head(cpu);
-        // SAFETY: as in `pop_pinned`; slot `n` is within `cap`.
+        // SAFETY: as in `pop_pinned`; slot `n` is within the capacity.
         unsafe {
             let n = *h.add(1);
-            if n >= self.cap {
+            if n >= cap {
                 return false;
             }
             *(*h.cast::<*mut usize>()).add(n) = value;
@@ -119,7 +120,15 @@ impl LocalStacks {
         }
     }
 
-    /// CPU `cpu`'s two words.
+    /// Where CPU `cpu`'s capacity word is: what a backend's
+    /// [`stop_local`](super::CpuLocal::stop_local) and
+    /// [`restart_local`](super::CpuLocal::restart_local) write.
+    #[inline(always)]
+    pub fn cap_word(&self, cpu: usize) -> *mut usize {
+        self.head(cpu).wrapping_add(2)
+    }
+
+    /// CPU `cpu`'s three words.
     #[inline(always)]
     fn head(&self, cpu: usize) -> *mut usize {
         self.heads
@@ -141,8 +150,9 @@ pub enum LocalOp {
         /// The word popped.
         value: usize,
     },
-    /// Nothing done: the stack was empty (full), or the CPU's guard was
-    /// held, or the caller's CPU has no id here. Take the slow path.
+    /// Nothing done: the stack was empty (full) or stopped by a holder of
+    /// the CPU's guard, or the caller's CPU has no id here. Take the slow
+    /// path.
     Miss,
     /// The backend has no guard-free step (now): pin, then do it under the
     /// guard ([`LocalStacks::pop_pinned`]).
@@ -158,6 +168,7 @@ mod tests {
     struct Line {
         slots: *mut usize,
         len: usize,
+        cap: usize,
     }
 
     #[test]
@@ -167,24 +178,27 @@ mod tests {
             Line {
                 slots: slots.as_mut_ptr(),
                 len: 0,
+                cap: 3,
             },
             Line {
                 slots: core::ptr::null_mut(),
                 len: usize::MAX,
+                cap: 3,
             },
         ];
-        // SAFETY: CPU 0 has 3 slots; CPU 1's length is above `cap`.
-        let s = unsafe { LocalStacks::new(lines.as_mut_ptr().cast(), 6, 3) };
+        // SAFETY: CPU 0 has 3 slots; CPU 1's length is above its capacity.
+        let s = unsafe { LocalStacks::new(lines.as_mut_ptr().cast(), 6) };
         // SAFETY: every step below: the test has the stacks to itself.
         unsafe {
-            assert_eq!(s.pop_pinned(0), None, "empty");
+            assert_eq!(s.pop_pinned(0, 3), None, "empty");
             for v in [7, 8, 9] {
-                assert!(s.push_pinned(0, v));
+                assert!(s.push_pinned(0, 3, v));
             }
-            assert!(!s.push_pinned(0, 10), "full");
-            assert!(!s.push_pinned(1, 1), "no stack takes nothing");
-            assert_eq!(s.pop_pinned(1), None, "nor gives");
-            assert_eq!(s.pop_pinned(0), Some(9));
+            assert!(!s.push_pinned(0, 3, 10), "full");
+            assert!(!s.push_pinned(1, 3, 1), "no stack takes nothing");
+            assert_eq!(s.pop_pinned(1, 3), None, "nor gives");
+            assert_eq!(s.pop_pinned(0, 3), Some(9));
+            assert_eq!(s.cap_word(1), &raw mut lines[1].cap);
         }
         assert_eq!(lines[0].len, 2, "the length word");
         assert_eq!(slots, [7, 8, 9]);

@@ -143,8 +143,9 @@ pub unsafe trait CpuLocal: Sync {
 
     /// Pops a word from the stack of the CPU the caller runs on, with no
     /// guard (see [`local_stack`]): [`LocalOp::Done`] with the word and the
-    /// CPU, [`LocalOp::Miss`] if the stack is empty, the CPU's guard is
-    /// held, the caller's CPU has no id here or the step was interrupted
+    /// CPU, [`LocalOp::Miss`] if the stack is empty or stopped
+    /// ([`stop_local`](Self::stop_local)), the caller's CPU has no id here
+    /// or the step was interrupted
     /// (a backend may restart it instead), or [`LocalOp::Pin`] (the
     /// default) if the backend cannot, and the caller should pin and pop
     /// under the guard.
@@ -152,7 +153,9 @@ pub unsafe trait CpuLocal: Sync {
     /// # Safety
     /// `stacks` describes stacks for every CPU id of this backend
     /// ([`LocalStacks::new`]'s contract), written by nothing but these steps
-    /// and holders of the CPUs' guards.
+    /// and holders of the CPUs' guards between
+    /// [`stop_local`](Self::stop_local) and
+    /// [`restart_local`](Self::restart_local).
     #[inline(always)]
     unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {
         let _ = stacks;
@@ -169,6 +172,37 @@ pub unsafe trait CpuLocal: Sync {
     unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
         let _ = (stacks, value);
         LocalOp::Pin
+    }
+
+    /// Stops the guard-free steps on CPU `cpu`'s stack of `stacks`, for a
+    /// holder of that CPU's guard that is about to read or change the
+    /// stack's slot pointer, length or slots: when this returns, no step
+    /// is in flight on that stack and none commits on it until
+    /// [`restart_local`](Self::restart_local). The steps do not test the
+    /// guard (that was one more line on every `malloc`); a stopped stack
+    /// has capacity 0 instead, which they read with its length. The
+    /// default, for a backend without guard-free steps, does nothing.
+    ///
+    /// # Safety
+    /// The caller holds `cpu`'s guard; `stacks` is a description these
+    /// steps are given ([`pop_local`](Self::pop_local)'s contract).
+    #[inline(always)]
+    unsafe fn stop_local(&self, stacks: &LocalStacks, cpu: usize) {
+        let _ = (stacks, cpu);
+    }
+
+    /// Lets the guard-free steps run on CPU `cpu`'s stack again, with
+    /// capacity `cap`, after [`stop_local`](Self::stop_local) and the
+    /// holder's changes (which the steps then see). The default does
+    /// nothing.
+    ///
+    /// # Safety
+    /// As [`stop_local`](Self::stop_local), which the caller called on
+    /// this stack and whose guard it still holds; `cap` is the stack's
+    /// capacity ([`LocalStacks::new`]'s contract).
+    #[inline(always)]
+    unsafe fn restart_local(&self, stacks: &LocalStacks, cpu: usize, cap: usize) {
+        let _ = (stacks, cpu, cap);
     }
 
     /// Test backends only (feature `testing` or `--cfg kmm_loom`; not part
@@ -223,6 +257,16 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     unsafe fn push_local(&self, stacks: &LocalStacks, value: usize) -> LocalOp {
         // SAFETY: the caller's contract, forwarded.
         unsafe { (**self).push_local(stacks, value) }
+    }
+    #[inline(always)]
+    unsafe fn stop_local(&self, stacks: &LocalStacks, cpu: usize) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { (**self).stop_local(stacks, cpu) }
+    }
+    #[inline(always)]
+    unsafe fn restart_local(&self, stacks: &LocalStacks, cpu: usize, cap: usize) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { (**self).restart_local(stacks, cpu, cap) }
     }
     #[cfg(any(kmm_loom, feature = "testing"))]
     #[inline(always)]

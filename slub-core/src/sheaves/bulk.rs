@@ -26,7 +26,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         cpu: usize,
         out: &mut [usize],
     ) -> usize {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard.
+        let c = unsafe { self.line(slabs, cpu) };
         let mut n = 0;
         // SAFETY: under the guard of `cpu` the sheaves are ours; a count of
         // at most `cap` means a main sheaf whose first `size` slots hold
@@ -80,7 +81,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         cpu: usize,
         objs: &[usize],
     ) -> usize {
-        let c = self.cpu.get(cpu);
+        // SAFETY: the caller holds `cpu`'s guard.
+        let c = unsafe { self.line(slabs, cpu) };
         let mut n = 0;
         // SAFETY: as in `take_main`; `NO_SHEAF_SIZE` leaves no room.
         unsafe {

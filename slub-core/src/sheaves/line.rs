@@ -6,10 +6,11 @@
 //! current. Without a main sheaf the count is [`NO_SHEAF_SIZE`], above
 //! every capacity, so the fast paths' one bounds check misses and they need
 //! no null test. Protected by the CPU's guard (or the backend's guard-free
-//! steps, which touch only `slots` and `size`).
+//! steps, which write only `size` and read `slots` and `cap`).
 
 use crate::barn::{NO_SHEAF_SIZE, Sheaf, SheafSize};
 use crate::sync::UnsafeCellPtr;
+use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 
 #[repr(C, align(64))]
@@ -18,16 +19,22 @@ pub(super) struct CpuSheaves {
     slots: UnsafeCellPtr<usize>,
     /// The main sheaf's fill count (`NO_SHEAF_SIZE` without one).
     size: SheafSize,
+    /// The cache's sheaf capacity (0 for a line no cache uses, which turns
+    /// the guard-free steps off): in the line the steps read anyway, so
+    /// that they need no load from the cache.
+    cap: UnsafeCell<usize>,
     main: UnsafeCellPtr<Sheaf>,
     /// The spare sheaf, or null.
     pub(super) spare: UnsafeCellPtr<Sheaf>,
 }
 
-// The backend's guard-free steps read a CPU's stack as two words at the
+// The backend's guard-free steps read a CPU's stack as three words at the
 // start of its line (`arch_api::LocalStacks`).
 const _: () = assert!(core::mem::offset_of!(CpuSheaves, slots) == 0);
 #[cfg(not(kmm_loom))]
 const _: () = assert!(core::mem::offset_of!(CpuSheaves, size) == 8);
+#[cfg(not(kmm_loom))]
+const _: () = assert!(core::mem::offset_of!(CpuSheaves, cap) == 16);
 
 impl CpuSheaves {
     /// A line without sheaves.
@@ -35,9 +42,19 @@ impl CpuSheaves {
         Self {
             slots: UnsafeCellPtr::null(),
             size: SheafSize::new(NO_SHEAF_SIZE),
+            cap: UnsafeCell::new(0),
             main: UnsafeCellPtr::null(),
             spare: UnsafeCellPtr::null(),
         }
+    }
+
+    /// Sets the capacity the guard-free steps see.
+    ///
+    /// # Safety
+    /// Nothing uses the line (the cache is being built).
+    pub(super) unsafe fn set_cap(&self, cap: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { *self.cap.get() = cap };
     }
 
     /// The main sheaf (null without one). Its header's count is stale.

@@ -13,6 +13,7 @@
 //! CPU's variables together, one offset per CPU).
 
 use super::line::CpuSheaves;
+use crate::cpu_local::CpuLocal;
 use crate::page_source::PageSource;
 use crate::percpu::PerCpu;
 use arch_api::LocalStacks;
@@ -45,16 +46,34 @@ pub(crate) struct Heads {
 }
 
 impl Heads {
-    /// The lines as the backend's guard-free steps see them, with `cap`
-    /// slots per sheaf.
+    /// No lines (a placeholder that nothing follows).
+    pub(crate) const NONE: Heads = Heads {
+        base: core::ptr::null(),
+        shift: ROW_SHIFT,
+    };
+
+    /// Column `col` of an area whose column 0 is `self`
+    /// ([`SheafArea::heads`]).
     #[inline(always)]
-    pub(crate) fn stacks(self, cap: usize) -> LocalStacks {
-        // SAFETY: every CPU's line starts with the two words (asserted in
+    pub(crate) fn column(self, col: usize) -> Heads {
+        debug_assert!(col < ROW_LINES && self.shift == ROW_SHIFT);
+        Heads {
+            base: self.base.wrapping_add(col),
+            // The constant, not `self.shift`: the guard-free steps then
+            // know the stride when they are compiled.
+            shift: ROW_SHIFT,
+        }
+    }
+
+    /// The lines as the backend's guard-free steps see them.
+    #[inline(always)]
+    pub(crate) fn stacks(self) -> LocalStacks {
+        // SAFETY: every CPU's line starts with the three words (asserted in
         // `line.rs`), `1 << shift` bytes apart (`SheafLines`); the slots are
         // a live sheaf's `cap` slots whenever the count is at most `cap`;
-        // they are written only under the CPU's guard or by the backend's
-        // steps.
-        unsafe { LocalStacks::new(self.base.cast::<usize>(), self.shift, cap) }
+        // the slots and count are written only under the CPU's guard or by
+        // the backend's steps, the capacity only while the cache is built.
+        unsafe { LocalStacks::new(self.base.cast::<usize>(), self.shift) }
     }
 }
 
@@ -106,6 +125,34 @@ impl SheafLines {
         }
     }
 
+    /// CPU `cpu`'s line with the backend's guard-free steps on it stopped
+    /// until the handle drops, when they restart with capacity `cap`
+    /// ([`CpuLocal::stop_local`]): what a holder of `cpu`'s guard uses
+    /// before it reads or changes the line's sheaf.
+    ///
+    /// # Safety
+    /// The caller holds `cpu`'s guard of `cpus` (the backend the lines'
+    /// steps run on), or has exclusive use of the lines (no step runs);
+    /// `cap` is the lines' capacity.
+    #[inline(always)]
+    pub(super) unsafe fn stopped<'a, C: CpuLocal>(
+        &'a self,
+        cpus: &'a C,
+        cpu: usize,
+        cap: usize,
+    ) -> Stopped<'a, C> {
+        let stacks = self.heads().stacks();
+        // SAFETY: the caller's contract; `stacks` is what the steps get.
+        unsafe { cpus.stop_local(&stacks, cpu) };
+        Stopped {
+            line: self.get(cpu),
+            cpus,
+            stacks,
+            cpu,
+            cap,
+        }
+    }
+
     /// CPU `cpu`'s line.
     #[inline(always)]
     pub(crate) fn get(&self, cpu: usize) -> &CpuSheaves {
@@ -140,6 +187,33 @@ impl SheafLines {
         // SAFETY: the caller's contract.
         unsafe { self.own.release(pages) };
         *self = Self::empty();
+    }
+}
+
+/// A CPU's line whose guard-free steps are stopped
+/// ([`SheafLines::stopped`]); restarts them when dropped.
+pub(super) struct Stopped<'a, C: CpuLocal> {
+    line: &'a CpuSheaves,
+    cpus: &'a C,
+    stacks: LocalStacks,
+    cpu: usize,
+    cap: usize,
+}
+
+impl<C: CpuLocal> core::ops::Deref for Stopped<'_, C> {
+    type Target = CpuSheaves;
+    #[inline(always)]
+    fn deref(&self) -> &CpuSheaves {
+        self.line
+    }
+}
+
+impl<C: CpuLocal> Drop for Stopped<'_, C> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: `stopped`'s contract: we still hold the guard (the handle
+        // borrows what the caller holds it for) and stopped this stack.
+        unsafe { self.cpus.restart_local(&self.stacks, self.cpu, self.cap) };
     }
 }
 
@@ -182,17 +256,11 @@ impl<M: PageSource> SheafArea<M> {
     /// fast paths call with the class.
     #[inline(always)]
     pub(crate) fn heads(&self, col: usize) -> Heads {
-        debug_assert!(col < ROW_LINES);
         Heads {
-            base: self
-                .rows
-                .base()
-                .as_ptr()
-                .cast::<CpuSheaves>()
-                .wrapping_add(col)
-                .cast_const(),
+            base: self.rows.base().as_ptr().cast::<CpuSheaves>().cast_const(),
             shift: ROW_SHIFT,
         }
+        .column(col)
     }
 
     /// Gives the area back to its page source now; no area after.

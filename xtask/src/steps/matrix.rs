@@ -144,6 +144,23 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         Action::Cmd(Cmd::new("cargo").args(["test", "--workspace", "--release"])),
     ));
 
+    // arch-api alone: in the workspace its features unify with kmm-malloc's
+    // `rseq-resident`, so the rows above test the rseq sections that stay
+    // armed; this one tests the default build, which disarms them.
+    rows.push(Step::new(
+        StepKind::Test,
+        HOST_TARGET,
+        "arch-api-alone",
+        Action::Cmd(Cmd::new("cargo").args([
+            "test",
+            "-p",
+            "arch-api",
+            "--features",
+            "testing",
+            "--lib",
+        ])),
+    ));
+
     // The preloadable malloc under real programs, small inputs (< 2 min):
     // the script installs the Debian packages it needs when root (as `setup`
     // does for the cross tools) and fails on any output that differs from

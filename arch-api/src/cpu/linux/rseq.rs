@@ -122,6 +122,31 @@ pub(super) enum Local {
     NoCpu,
 }
 
+/// The store that disarms a section after it ends. The descriptor lives in
+/// this object's image, which may be unmapped later (a `dlclose`d library),
+/// and the ABI asks user space to clear the pointer before that. With the
+/// feature `rseq-resident` (an image that is never unloaded) the sections
+/// leave it armed, as tcmalloc's and librseq's do: the kernel clears it
+/// the next time it preempts the thread outside the section, and every
+/// section saves a store (about 1 % of `malloc-bench`'s alloc-test;
+/// BENCHMARKS.md, session 20).
+#[cfg(all(
+    target_arch = "x86_64",
+    target_env = "gnu",
+    not(feature = "rseq-resident")
+))]
+macro_rules! rseq_disarm {
+    () => {
+        "mov qword ptr fs:[{off} + 8], 0"
+    };
+}
+#[cfg(all(target_arch = "x86_64", target_env = "gnu", feature = "rseq-resident"))]
+macro_rules! rseq_disarm {
+    () => {
+        ""
+    };
+}
+
 /// An rseq critical section around `$body`: the code from the section's
 /// start to its commit, whose last instruction is the commit (one store).
 /// The body jumps to `4f` to leave without committing, or to `6f`, a stub
@@ -157,10 +182,7 @@ macro_rules! rseq_section {
             $miss,
             "jmp 4b",
             ".popsection",
-            // Disarm: the descriptor lives in this object's image, which
-            // may be unmapped later (a `dlclose`d library); the ABI asks
-            // user space to clear the pointer before that.
-            "mov qword ptr fs:[{off} + 8], 0",
+            rseq_disarm!(),
             // `struct rseq_cs`: version, flags, start_ip,
             // post_commit_offset, abort_ip.
             ".pushsection __rseq_cs, \"aw\"",
@@ -285,7 +307,7 @@ fn try_remote_fenced(lock: &CpuLock, id: usize, fenced: bool) -> bool {
 /// Restarts any rseq section running on CPU `id` and orders memory with
 /// it. Registration is per process and survives `fork`; if the kernel
 /// forgot it anyway, register and try again.
-fn fence(id: usize) {
+pub(super) fn fence(id: usize) {
     let cpu = id as libc::c_int;
     if membarrier(
         MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
@@ -313,10 +335,37 @@ fn fence(id: usize) {
     }
 }
 
-/// The thread's `rseq_cs` word (what the kernel would follow on the next
-/// preemption): the sections' tests check that none is left armed.
+/// Checks what a section left in the thread's `rseq_cs` word (what the
+/// kernel follows on the next preemption): nothing, or with
+/// `rseq-resident` nothing or one of this image's descriptors (the
+/// linker's bounds of their section).
 #[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
-pub(super) fn armed_descriptor() -> u64 {
+#[track_caller]
+pub(super) fn assert_disarmed() {
+    let cs = armed_descriptor();
+    if cfg!(feature = "rseq-resident") {
+        unsafe extern "C" {
+            static __start___rseq_cs: u8;
+            static __stop___rseq_cs: u8;
+        }
+        // The addresses only: GNU ld defines both for a section named as a
+        // C identifier, which holds this image's descriptors.
+        let (lo, hi) = (
+            &raw const __start___rseq_cs as u64,
+            &raw const __stop___rseq_cs as u64,
+        );
+        assert!(
+            cs == 0 || (lo..hi).contains(&cs),
+            "rseq_cs {cs:#x} is not one of this image's descriptors"
+        );
+    } else {
+        assert_eq!(cs, 0, "a section left its descriptor armed");
+    }
+}
+
+/// The thread's `rseq_cs` word.
+#[cfg(all(test, target_arch = "x86_64", target_env = "gnu"))]
+fn armed_descriptor() -> u64 {
     let tp: usize;
     // SAFETY: reads the thread pointer register.
     unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };

@@ -1,10 +1,11 @@
 //! The pop/push sections: their answers on one thread, and the tokens
 //! they move between threads, CPUs and remote lock holders, with the window
 //! between the word's load and the commit widened; the broken variant
-//! (remote takers without the fence) must lose or duplicate a token there.
+//! (remote holders that stop a stack without the fence) must lose or
+//! duplicate a token there.
 
-use super::super::possible_cpus;
-use super::super::rseq::{self, FREE, LOCAL, armed_descriptor};
+use super::super::rseq::{self, assert_disarmed};
+use super::super::{CpuLock, possible_cpus};
 use super::*;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::boxed::Box;
@@ -12,19 +13,19 @@ use std::eprintln;
 use std::vec;
 use std::vec::Vec;
 
-/// One CPU's description (slot pointer, length), alone on its line (as
-/// the sections expect).
+/// One CPU's description (slot pointer, length, capacity), alone on its
+/// line (as the sections expect).
 #[repr(C, align(64))]
 struct Head {
     slots: *mut usize,
     len: usize,
+    cap: usize,
 }
 
 /// Per-CPU stacks of `cap` slots.
 struct Stacks {
     heads: Vec<Head>,
     store: Vec<Box<[usize]>>,
-    cap: usize,
 }
 
 impl Stacks {
@@ -35,15 +36,16 @@ impl Stacks {
             .map(|s| Head {
                 slots: s.as_mut_ptr(),
                 len: 0,
+                cap,
             })
             .collect();
-        Self { heads, store, cap }
+        Self { heads, store }
     }
 
     fn desc(&self) -> LocalStacks {
-        // SAFETY: every description points to `cap` slots, kept alive by
-        // `store` while `self` lives.
-        unsafe { LocalStacks::new(self.heads.as_ptr().cast(), LocalStacks::LINE, self.cap) }
+        // SAFETY: every description points to its `cap` slots, kept alive
+        // by `store` while `self` lives.
+        unsafe { LocalStacks::new(self.heads.as_ptr().cast(), LocalStacks::LINE) }
     }
 
     /// Every token on every stack (after the threads are gone).
@@ -68,42 +70,40 @@ fn locks(nr: usize) -> Vec<CpuLock> {
     (0..nr).map(|_| CpuLock::new()).collect()
 }
 
-fn pop_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks) -> LocalOp {
+fn pop_wide(nr: usize, s: &LocalStacks) -> LocalOp {
     let (id, v) = rseq_pop!(
-        locks.as_ptr(),
         nr,
         s,
-        "",
+        "6",
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
     classify(id, v)
 }
 
-fn push_wide(locks: &[CpuLock], nr: usize, s: &LocalStacks, value: usize) -> LocalOp {
+fn push_wide(nr: usize, s: &LocalStacks, value: usize) -> LocalOp {
     let id = rseq_push!(
-        locks.as_ptr(),
         nr,
         s,
         value,
-        "",
+        "6",
         "mov {w:e}, 300\n9:\npause\ndec {w:e}\njnz 9b",
         (w = out(reg) _,)
     );
     classify(id, 0)
 }
 
-/// `pop` for the tests, which check `active()` first and pass `nr` locks
-/// and stacks for `nr` CPUs with 64-byte heads.
-fn pop_at(l: &[CpuLock], nr: usize, d: &LocalStacks) -> LocalOp {
+/// `pop` for the tests, which check `active()` first and pass stacks for
+/// `nr` CPUs.
+fn pop_at(nr: usize, d: &LocalStacks) -> LocalOp {
     // SAFETY: the contract above, which every caller here keeps.
-    unsafe { pop(l, nr, d) }
+    unsafe { pop(nr, d) }
 }
 
 /// `push` for the tests (as `pop_at`).
-fn push_at(l: &[CpuLock], nr: usize, d: &LocalStacks, v: usize) -> LocalOp {
+fn push_at(nr: usize, d: &LocalStacks, v: usize) -> LocalOp {
     // SAFETY: as in `pop_at`.
-    unsafe { push(l, nr, d, v) }
+    unsafe { push(nr, d, v) }
 }
 
 #[test]
@@ -114,17 +114,17 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
         return;
     }
     let nr = possible_cpus();
-    let (l, st) = (locks(nr), Stacks::new(nr, 4));
+    let st = Stacks::new(nr, 4);
     let d = st.desc();
-    assert_eq!(pop_at(&l, nr, &d), LocalOp::Miss, "empty stacks");
+    assert_eq!(pop_at(nr, &d), LocalOp::Miss, "empty stacks");
     let mut pushed = Vec::new();
     for v in 1..=3usize {
-        match push_at(&l, nr, &d, v) {
+        match push_at(nr, &d, v) {
             LocalOp::Done { cpu, .. } => pushed.push((cpu, v)),
             other => panic!("push onto a stack with room: {other:?}"),
         }
     }
-    assert_eq!(armed_descriptor(), 0, "a section left its descriptor armed");
+    assert_disarmed();
     let on = |cpu: usize| {
         let h = &st.heads[cpu];
         // SAFETY: the first `len` slots hold what was pushed.
@@ -135,15 +135,18 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
     for &(cpu, v) in &pushed {
         assert!(on(cpu).contains(&v));
     }
-    // Every lock held: both steps miss, and change nothing.
-    for k in &l {
-        k.0.store(LOCAL, Ordering::Relaxed);
+    // Every stack stopped (as a guard holder does): both steps miss, and
+    // change nothing.
+    for cpu in 0..nr {
+        // SAFETY: the test has the stacks to itself.
+        unsafe { stop(cpu, d.cap_word(cpu), true) };
     }
-    assert_eq!(push_at(&l, nr, &d, 9), LocalOp::Miss);
-    assert_eq!(pop_at(&l, nr, &d), LocalOp::Miss);
+    assert_eq!(push_at(nr, &d, 9), LocalOp::Miss);
+    assert_eq!(pop_at(nr, &d), LocalOp::Miss);
     assert_eq!(st.tokens().len(), 3);
-    for k in &l {
-        k.0.store(FREE, Ordering::Relaxed);
+    for cpu in 0..nr {
+        // SAFETY: as above.
+        unsafe { *d.cap_word(cpu) = 4 };
     }
     // Pop what is there (the thread may move between CPUs: pop until every
     // stack the pushes used is empty, at most a few misses per move).
@@ -152,7 +155,7 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
         if popped.len() == 3 {
             break;
         }
-        if let LocalOp::Done { cpu, value } = pop_at(&l, nr, &d) {
+        if let LocalOp::Done { cpu, value } = pop_at(nr, &d) {
             assert!(pushed.contains(&(cpu, value)), "{value} from CPU {cpu}");
             popped.push(value);
         } else {
@@ -161,16 +164,26 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
     }
     popped.sort_unstable();
     assert_eq!(popped, [1, 2, 3]);
-    assert_eq!(armed_descriptor(), 0);
+    assert_disarmed();
     // Full stacks and a stand-in (length above `cap`) make a push miss.
     let (mut full, mut stand_in) = (Stacks::new(nr, 2), Stacks::new(nr, 2));
     for (f, i) in full.heads.iter_mut().zip(&mut stand_in.heads) {
         f.len = 2;
         i.len = usize::MAX;
     }
-    assert_eq!(push_at(&l, nr, &full.desc(), 7), LocalOp::Miss);
-    assert_eq!(push_at(&l, nr, &stand_in.desc(), 7), LocalOp::Miss);
-    assert_eq!(pop_at(&l, nr, &stand_in.desc()), LocalOp::Miss);
+    assert_eq!(push_at(nr, &full.desc(), 7), LocalOp::Miss);
+    assert_eq!(push_at(nr, &stand_in.desc(), 7), LocalOp::Miss);
+    assert_eq!(pop_at(nr, &stand_in.desc()), LocalOp::Miss);
+    // A capacity of 0 turns the steps off, whatever the length: the
+    // capacity is read from the line, not from the description.
+    let mut off = Stacks::new(nr, 2);
+    for h in &mut off.heads {
+        h.len = 1;
+        h.cap = 0;
+    }
+    assert_eq!(pop_at(nr, &off.desc()), LocalOp::Miss);
+    assert_eq!(push_at(nr, &off.desc(), 7), LocalOp::Miss);
+    assert!(off.heads.iter().all(|h| h.len == 1));
 }
 
 /// Descriptions a row apart ([`LocalStacks::ROW`]: 16 lines per CPU, the
@@ -185,30 +198,26 @@ fn the_sections_reach_a_column_of_rows() {
     }
     const COLUMN: usize = 5;
     let nr = possible_cpus();
-    let l = locks(nr);
     let mut store: Vec<Box<[usize]>> = (0..nr).map(|_| vec![0; 4].into()).collect();
     // 16 heads per CPU; the others keep a length above `cap` (no stack).
     let mut rows: Vec<Head> = (0..nr * 16)
         .map(|_| Head {
             slots: core::ptr::null_mut(),
             len: usize::MAX,
+            cap: 4,
         })
         .collect();
     for (cpu, s) in store.iter_mut().enumerate() {
         rows[cpu * 16 + COLUMN] = Head {
             slots: s.as_mut_ptr(),
             len: 0,
+            cap: 4,
         };
     }
     // SAFETY: column 5 of every row points to 4 slots kept alive by
     // `store`; the other heads have lengths above `cap`.
-    let d = unsafe {
-        LocalStacks::new(
-            rows.as_ptr().wrapping_add(COLUMN).cast(),
-            LocalStacks::ROW,
-            4,
-        )
-    };
+    let d =
+        unsafe { LocalStacks::new(rows.as_ptr().wrapping_add(COLUMN).cast(), LocalStacks::ROW) };
     // On the last CPU, so that a wrong stride cannot land on the right head
     // by being multiplied by 0 (best effort: the push says where it ran).
     // SAFETY: a zeroed set with one CPU, for the calling thread.
@@ -217,11 +226,11 @@ fn the_sections_reach_a_column_of_rows() {
         libc::CPU_SET(nr - 1, &mut set);
         libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set);
     }
-    let cpu = match push_at(&l, nr, &d, 77) {
+    let cpu = match push_at(nr, &d, 77) {
         LocalOp::Done { cpu, .. } => cpu,
         other => panic!("push onto an empty stack: {other:?}"),
     };
-    assert_eq!(armed_descriptor(), 0);
+    assert_disarmed();
     let used: Vec<usize> = (0..nr * 16).filter(|&i| rows[i].len == 1).collect();
     assert_eq!(
         used,
@@ -232,7 +241,7 @@ fn the_sections_reach_a_column_of_rows() {
     assert_eq!(unsafe { *rows[cpu * 16 + COLUMN].slots }, 77);
     let mut popped = None;
     for _ in 0..10_000 {
-        if let LocalOp::Done { cpu: c, value } = pop_at(&l, nr, &d) {
+        if let LocalOp::Done { cpu: c, value } = pop_at(nr, &d) {
             popped = Some((c, value));
             break;
         }
@@ -247,9 +256,10 @@ fn the_sections_reach_a_column_of_rows() {
 
 /// Tokens `1..=TOKENS` start on CPU 0's stack. Four threads pop a token
 /// and push it back (both through the widened sections); two remote
-/// takers take a random CPU's lock, pop a token under it, release, and
-/// push it back through a section. Returns the tokens that came out twice
-/// or not at all, and the remote takes.
+/// holders take a random CPU's lock, stop its stack (fenced, or in the
+/// broken variant not), pop a token, restart the stack, release, and push
+/// the token back through a section. Returns the tokens that came out
+/// twice or not at all, and the remote takes.
 fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
     const TOKENS: usize = 200;
     let nr = possible_cpus();
@@ -263,13 +273,13 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
     st.heads[0].len = TOKENS;
     let (l, done, remote_taken) = (&l, AtomicBool::new(false), AtomicU64::new(0));
     let (done, remote_taken, st) = (&done, &remote_taken, &st);
-    // A thread holding a token pushes it back: a push misses while a lock
-    // is held, which passes, or on a full stack, which only doubled tokens
-    // (the broken variant) can fill: those go to `spill`.
+    // A thread holding a token pushes it back: a push misses while a stack
+    // is stopped, which passes, or on a full stack, which only doubled
+    // tokens (the broken variant) can fill: those go to `spill`.
     let spill = &std::sync::Mutex::new(Vec::new());
     let give_back = move |d: &LocalStacks, v: usize| {
         for _ in 0..1_000 {
-            if let LocalOp::Done { .. } = push_wide(l, nr, d, v) {
+            if let LocalOp::Done { .. } = push_wide(nr, d, v) {
                 return;
             }
             std::thread::yield_now();
@@ -281,7 +291,7 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
             s.spawn(move || {
                 let d = &st.desc();
                 while !done.load(Ordering::Relaxed) {
-                    if let LocalOp::Done { value, .. } = pop_wide(l, nr, d) {
+                    if let LocalOp::Done { value, .. } = pop_wide(nr, d) {
                         give_back(d, value);
                     }
                 }
@@ -291,9 +301,15 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
             .map(|t| {
                 s.spawn(move || {
                     let d = &st.desc();
-                    rseq::remote_taker(t, l, fenced, remote_taken, takes, |id| {
-                        // SAFETY: we hold CPU `id`'s lock.
-                        let got = unsafe { d.pop_pinned(id) };
+                    rseq::remote_taker(t, l, true, remote_taken, takes, |id| {
+                        // SAFETY: we hold CPU `id`'s lock, so its stack is
+                        // ours to stop, use and restart.
+                        let got = unsafe {
+                            stop(id, d.cap_word(id), fenced);
+                            let got = d.pop_pinned(id, 2 * TOKENS);
+                            core::ptr::write_volatile(d.cap_word(id), 2 * TOKENS);
+                            got
+                        };
                         // SAFETY: taken by `remote_taker`.
                         unsafe { l[id].unlock() };
                         if let Some(v) = got {

@@ -140,11 +140,7 @@ fn the_local_section_takes_the_callers_cpu_and_sees_holders() {
         panic!("a free lock was not taken");
     };
     assert_eq!(locks[id].0.load(Ordering::Relaxed), LOCAL);
-    assert_eq!(
-        armed_descriptor(),
-        0,
-        "the section left its descriptor armed"
-    );
+    assert_disarmed();
     assert!(
         !try_remote(&locks[id], id),
         "a held lock was taken remotely"

@@ -45,6 +45,10 @@
 //!   ([`Kmalloc::lock_for_fork`]) and the region's locks (each CPU's
 //!   block cache, then the region's own) are taken around it, in that
 //!   order, so the child finds them all free.
+//! * Never unloaded: linked with `-z nodelete` (`dlclose` leaves it
+//!   mapped), which lets arch-api's `rseq-resident` leave each thread's
+//!   rseq descriptor armed between sections instead of clearing it on
+//!   every `malloc` and `free`.
 //! * A free that slub-core refuses (double free detected, foreign or
 //!   misaligned pointer, a corrupted freelist) aborts with a message naming
 //!   the pointer and the reason.

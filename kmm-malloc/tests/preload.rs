@@ -25,13 +25,31 @@ fn library() -> PathBuf {
 }
 
 fn child(case: &str, front: &str) -> std::process::Output {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env("KMM_CHILD", case)
+    child_cmd(case)
         .env("KMM_SLUB_FRONT", front)
         .env("LD_PRELOAD", library())
         .output()
         .unwrap()
+}
+
+/// This binary re-run for `case` alone.
+fn child_cmd(case: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("KMM_CHILD", case);
+    c
+}
+
+/// Panics with the child's output unless it succeeded and said so.
+#[track_caller]
+fn assert_child_ok(what: &str, out: &std::process::Output) {
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && so.contains("CHILD-OK"),
+        "{what}: {:?}\n{so}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs the case named by `KMM_CHILD` (a no-op in the parent run).
@@ -295,32 +313,14 @@ fn dlclose() {
 /// nodelete`, build.rs).
 #[test]
 fn dlclose_never_unmaps_the_library() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env("KMM_CHILD", "dlclose")
-        .output()
-        .unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && so.contains("CHILD-OK"),
-        "{:?}\n{so}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_child_ok("dlclose", &child_cmd("dlclose").output().unwrap());
 }
 
 #[test]
 fn c_interface_threads_and_fork_on_both_fronts() {
     for front in ["tid", "sheaves"] {
         for case in ["api", "threads", "fork", "fork_stress"] {
-            let out = child(case, front);
-            let so = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && so.contains("CHILD-OK"),
-                "{case} on {front}: {:?}\n{so}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_child_ok(&format!("{case} on {front}"), &child(case, front));
         }
     }
 }

@@ -20,6 +20,7 @@ use arch_api::sync::RawMutex;
 use arch_api::{DwCas, LocalOp};
 use core::marker::PhantomData;
 use core::ptr::null_mut;
+use line::CpuSheaves;
 use lines::LINE_SHIFT;
 pub(crate) use lines::{Heads, ROW_LINES, SheafArea};
 use lines::{SheafLines, Stopped};
@@ -218,11 +219,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         let Some((_g, cpu)) = slabs.cpus().try_pin() else {
             return tid.alloc(slabs);
         };
-        // SAFETY: the guard pins us to `cpu`.
-        if let Some(p) = unsafe { self.sheaf_pop(slabs, cpu) } {
+        // SAFETY: the guard pins us to `cpu`; one stop for the pop and the
+        // slow path.
+        let c = unsafe { self.line(slabs, cpu) };
+        // SAFETY: as above.
+        if let Some(p) = unsafe { self.take(slabs, &c) } {
+            slabs.stat(cpu, StatItem::AllocFastpath);
             return Ok(p);
         }
-        self.alloc_slow(tid, slabs, cpu)
+        self.alloc_slow(tid, slabs, cpu, &c)
     }
 
     /// Pops an object from CPU `cpu`'s main sheaf, if it has one, and
@@ -248,7 +253,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
         // has the lines to itself).
         let c = unsafe { self.line(slabs, cpu) };
-        // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
+        // SAFETY: as above.
+        unsafe { self.take(slabs, &c) }
+    }
+
+    /// Pops from the main sheaf of the stopped line `c`.
+    ///
+    /// # Safety
+    /// `c` is the line of a CPU the caller is pinned to.
+    #[inline(always)]
+    unsafe fn take(&self, slabs: &Slabs<P, C, D, R>, c: &CpuSheaves) -> Option<usize> {
+        // SAFETY: pinned to the line's CPU, so it is ours; a count below
         // `cap` means a main sheaf whose first `size` slots hold objects.
         unsafe {
             let n = c.size().wrapping_sub(1);
@@ -266,17 +281,16 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         None
     }
 
-    /// The main sheaf is empty (or missing). The caller holds `cpu`'s guard.
+    /// The main sheaf is empty (or missing). The caller holds `cpu`'s guard
+    /// and has stopped its line `c`.
     #[inline(never)]
     fn alloc_slow(
         &self,
         tid: &TidFront<P, C, D, R>,
         slabs: &Slabs<P, C, D, R>,
         cpu: usize,
+        c: &CpuSheaves,
     ) -> Result<usize, AllocError> {
-        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
-        // has the lines to itself).
-        let c = unsafe { self.line(slabs, cpu) };
         slabs.stat(cpu, StatItem::AllocSlowpath);
         // SAFETY: under the guard of `cpu`, the main and spare sheaves are
         // ours; sheaves returned by the barn are ours.
@@ -402,11 +416,15 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         let Some((_g, cpu)) = slabs.cpus().try_pin() else {
             return tid.free(slabs, p);
         };
-        // SAFETY: the guard pins us to `cpu`.
-        if unsafe { self.sheaf_push(slabs, cpu, p) } {
+        // SAFETY: the guard pins us to `cpu`; one stop for the push and the
+        // slow path.
+        let c = unsafe { self.line(slabs, cpu) };
+        // SAFETY: as above; `p` is being freed.
+        if unsafe { self.put(slabs, &c, p) } {
+            slabs.stat(cpu, StatItem::FreeFastpath);
             return Ok(());
         }
-        self.free_slow(tid, slabs, cpu, p)
+        self.free_slow(tid, slabs, cpu, &c, p)
     }
 
     /// Pushes `p` onto CPU `cpu`'s main sheaf if it has room, and counts it.
@@ -432,7 +450,18 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
         // has the lines to itself).
         let c = unsafe { self.line(slabs, cpu) };
-        // SAFETY: pinned to `cpu`, so the CPU's line is ours; a count below
+        // SAFETY: as above; `p` is being freed.
+        unsafe { self.put(slabs, &c, p) }
+    }
+
+    /// Pushes `p` onto the main sheaf of the stopped line `c` if it has
+    /// room.
+    ///
+    /// # Safety
+    /// As [`take`](Self::take); `p` is an object being freed.
+    #[inline(always)]
+    unsafe fn put(&self, slabs: &Slabs<P, C, D, R>, c: &CpuSheaves, p: usize) -> bool {
+        // SAFETY: pinned to the line's CPU, so it is ours; a count below
         // `cap` means a main sheaf with room.
         unsafe {
             let n = c.size();
@@ -451,18 +480,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> SheafFront<P, C, D, R> {
         false
     }
 
-    /// The main sheaf is full (or missing). The caller holds `cpu`'s guard.
+    /// The main sheaf is full (or missing). The caller holds `cpu`'s guard
+    /// and has stopped its line `c`.
     #[inline(never)]
     fn free_slow(
         &self,
         tid: &TidFront<P, C, D, R>,
         slabs: &Slabs<P, C, D, R>,
         cpu: usize,
+        c: &CpuSheaves,
         p: usize,
     ) -> Result<(), FreeError> {
-        // SAFETY: the caller holds `cpu`'s guard (or is pinned to it, or
-        // has the lines to itself).
-        let c = unsafe { self.line(slabs, cpu) };
         slabs.stat(cpu, StatItem::FreeSlowpath);
         // SAFETY: as in `alloc_slow`.
         unsafe {

@@ -71,8 +71,9 @@ impl Heads {
         // SAFETY: every CPU's line starts with the three words (asserted in
         // `line.rs`), `1 << shift` bytes apart (`SheafLines`); the slots are
         // a live sheaf's `cap` slots whenever the count is at most `cap`;
-        // the slots and count are written only under the CPU's guard or by
-        // the backend's steps, the capacity only while the cache is built.
+        // the slots and count are written only by the backend's steps or
+        // under the CPU's guard with the steps stopped (`stopped`), the
+        // capacity only while the cache is built and by the stop and restart.
         unsafe { LocalStacks::new(self.base.cast::<usize>(), self.shift) }
     }
 }

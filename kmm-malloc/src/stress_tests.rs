@@ -10,7 +10,7 @@
 use crate::platform::Preload;
 use crate::region::Region;
 use arch_api::LinuxCpus;
-use slub_core::{CacheFlags, KmemCache, StatItem};
+use slub_core::{CacheConfig, CacheFlags, KmemCache, StatItem};
 use std::sync::mpsc;
 
 fn confine_to_two_cpus() {
@@ -25,11 +25,16 @@ fn confine_to_two_cpus() {
 }
 
 fn stress(flags: CacheFlags, threads: usize, ops: usize) -> (u64, u64) {
+    stress_with(flags, CacheConfig::default(), threads, ops)
+}
+
+fn stress_with(flags: CacheFlags, config: CacheConfig, threads: usize, ops: usize) -> (u64, u64) {
     confine_to_two_cpus();
     let region: &'static Region = Box::leak(Box::new(Region::new()));
     assert!(region.init(false));
     let mut c: KmemCache<Preload> =
-        KmemCache::new("stress", 64, 8, flags, region, LinuxCpus::new()).unwrap();
+        KmemCache::with_config("stress", 64, 8, flags, region, LinuxCpus::new(), config)
+            .unwrap();
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
     std::thread::scope(|s| {
         for (t, rx) in rxs.into_iter().enumerate() {
@@ -97,4 +102,23 @@ fn tid_front_16_threads_on_2_cpus() {
 fn sheaves_front_16_threads_on_2_cpus() {
     let (fails, ops) = stress(CacheFlags::SHEAVES, 16, 400_000);
     eprintln!("sheaves: {fails} CAS retries in {ops} ops");
+}
+
+/// Sheaves of two objects, the counters off (the bare leaf): most
+/// operations reach a slow path, where a holder of the CPU's lock stops the
+/// line while sections of other threads on that CPU run between its
+/// steps. A slow path that decided from the line under one stop and acted
+/// under another (3d4b486) let a section change the sheaf in between: an
+/// emptied sheaf went to the barn's full list (a later allocation failed)
+/// or a refilled one to its empty list (objects lost); this test caught it
+/// in 6 of 40 runs of 4 million operations (BENCHMARKS.md, session 20).
+#[test]
+#[cfg_attr(miri, ignore = "threads on real CPUs, syscalls")]
+fn sheaves_of_two_16_threads_on_2_cpus() {
+    let config = CacheConfig {
+        sheaf_capacity: 2,
+        fast_path_stats: false,
+        ..CacheConfig::default()
+    };
+    stress_with(CacheFlags::SHEAVES, config, 16, 12_000_000);
 }

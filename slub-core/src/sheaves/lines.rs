@@ -129,7 +129,10 @@ impl SheafLines {
     /// CPU `cpu`'s line with the backend's guard-free steps on it stopped
     /// until the handle drops, when they restart with capacity `cap`
     /// ([`CpuLocal::stop_local`]): what a holder of `cpu`'s guard uses
-    /// before it reads or changes the line's sheaf.
+    /// before it reads or changes the line's sheaf. Whatever the holder
+    /// decides from the line it must do under the same handle: between two
+    /// handles the steps run, and the sheaf it looked at may have been
+    /// emptied or filled (the guard no longer keeps them out).
     ///
     /// # Safety
     /// The caller holds `cpu`'s guard of `cpus` (the backend the lines'

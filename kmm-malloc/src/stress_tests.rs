@@ -33,8 +33,7 @@ fn stress_with(flags: CacheFlags, config: CacheConfig, threads: usize, ops: usiz
     let region: &'static Region = Box::leak(Box::new(Region::new()));
     assert!(region.init(false));
     let mut c: KmemCache<Preload> =
-        KmemCache::with_config("stress", 64, 8, flags, region, LinuxCpus::new(), config)
-            .unwrap();
+        KmemCache::with_config("stress", 64, 8, flags, region, LinuxCpus::new(), config).unwrap();
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<usize>()).unzip();
     std::thread::scope(|s| {
         for (t, rx) in rxs.into_iter().enumerate() {

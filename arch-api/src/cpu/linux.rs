@@ -331,9 +331,11 @@ unsafe impl CpuLocal for LinuxCpus {
     unsafe fn restart_local(&self, stacks: &LocalStacks, cpu: usize, cap: usize) {
         if self.local_nr != 0 && rseq_stack::handles(stacks) {
             // SAFETY: the caller's contract: the word is the stopped
-            // stack's, ours while we hold the guard. x86 keeps this store
-            // after the holder's changes to the stack.
-            unsafe { core::ptr::write_volatile(stacks.cap_word(cpu), cap) };
+            // stack's, aligned, ours while we hold the guard. Release keeps
+            // the holder's changes to the stack before it (a plain store on
+            // x86; the sections read the capacity first).
+            let word = unsafe { core::sync::atomic::AtomicUsize::from_ptr(stacks.cap_word(cpu)) };
+            word.store(cap, core::sync::atomic::Ordering::Release);
         }
     }
 }

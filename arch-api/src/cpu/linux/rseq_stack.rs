@@ -29,6 +29,7 @@
 //! descriptions on other strides get [`LocalOp::Pin`].
 
 use crate::cpu::{LocalOp, LocalStacks};
+use core::sync::atomic::Ordering;
 
 /// Whether the sections handle `stacks`' stride.
 #[inline(always)]
@@ -258,9 +259,9 @@ pub(super) unsafe fn stop(cpu: usize, word: *mut usize, fenced: bool) {
             return;
         }
     }
-    // SAFETY: the caller's contract; a plain store, ordered before the
-    // fence's syscall.
-    unsafe { core::ptr::write_volatile(word, 0) };
+    // SAFETY: the caller's contract (a live, aligned word); the fence's
+    // syscall is a full barrier after it.
+    unsafe { core::sync::atomic::AtomicUsize::from_ptr(word) }.store(0, Ordering::SeqCst);
     if fenced {
         super::rseq::fence(cpu);
     }

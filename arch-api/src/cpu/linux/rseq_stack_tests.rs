@@ -307,7 +307,8 @@ fn hammer(fenced: bool, takes: u64) -> (usize, u64) {
                         let got = unsafe {
                             stop(id, d.cap_word(id), fenced);
                             let got = d.pop_pinned(id, 2 * TOKENS);
-                            core::ptr::write_volatile(d.cap_word(id), 2 * TOKENS);
+                            core::sync::atomic::AtomicUsize::from_ptr(d.cap_word(id))
+                                .store(2 * TOKENS, Ordering::Release);
                             got
                         };
                         // SAFETY: taken by `remote_taker`.

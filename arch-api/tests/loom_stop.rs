@@ -58,16 +58,22 @@ impl Cpu {
         }
     }
 
-    /// The pop section: capacity, length, slot, then the commit.
-    fn pop(&self, v: Variant) -> Option<usize> {
-        let _on = self.running.lock().unwrap();
-        let (cap, len) = if v.cap_first {
+    /// The section's first loads: (capacity, length), in the variant's
+    /// order.
+    fn head(&self, v: Variant) -> (usize, usize) {
+        if v.cap_first {
             let c = self.cap.load(Ordering::Acquire);
             (c, self.len.load(Ordering::Acquire))
         } else {
             let n = self.len.load(Ordering::Acquire);
             (self.cap.load(Ordering::Acquire), n)
-        };
+        }
+    }
+
+    /// The pop section: capacity, length, slot, then the commit.
+    fn pop(&self, v: Variant) -> Option<usize> {
+        let _on = self.running.lock().unwrap();
+        let (cap, len) = self.head(v);
         let n = len.wrapping_sub(1);
         if n >= cap {
             return None;
@@ -80,13 +86,7 @@ impl Cpu {
     /// The push section: the slot above the length, then the commit.
     fn push(&self, t: usize, v: Variant) -> bool {
         let _on = self.running.lock().unwrap();
-        let (cap, n) = if v.cap_first {
-            let c = self.cap.load(Ordering::Acquire);
-            (c, self.len.load(Ordering::Acquire))
-        } else {
-            let n = self.len.load(Ordering::Acquire);
-            (self.cap.load(Ordering::Acquire), n)
-        };
+        let (cap, n) = self.head(v);
         if n >= cap {
             return false;
         }

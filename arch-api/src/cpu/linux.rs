@@ -137,6 +137,14 @@ impl Drop for LinuxPin<'_> {
 }
 
 impl LinuxCpus {
+    /// Whether the guard-free sections can commit on `stacks` (rseq mode,
+    /// a stride they handle): only then must a holder stop and restart
+    /// them.
+    #[inline(always)]
+    fn steps_commit(&self, stacks: &LocalStacks) -> bool {
+        self.local_nr != 0 && rseq_stack::handles(stacks)
+    }
+
     /// A backend with its own locks (leaked: one array per call, so create
     /// it once), sized by the machine's possible CPUs.
     pub fn new() -> Self {
@@ -320,7 +328,7 @@ unsafe impl CpuLocal for LinuxCpus {
     /// and `membarrier` aimed at `cpu` (module `rseq_stack`).
     #[inline]
     unsafe fn stop_local(&self, stacks: &LocalStacks, cpu: usize) {
-        if self.local_nr != 0 && rseq_stack::handles(stacks) {
+        if self.steps_commit(stacks) {
             // SAFETY: rseq is active (`local_nr`); the caller holds `cpu`'s
             // guard and `stacks` is as the sections are given it.
             unsafe { rseq_stack::stop(cpu, stacks.cap_word(cpu), true) };
@@ -329,7 +337,7 @@ unsafe impl CpuLocal for LinuxCpus {
 
     #[inline]
     unsafe fn restart_local(&self, stacks: &LocalStacks, cpu: usize, cap: usize) {
-        if self.local_nr != 0 && rseq_stack::handles(stacks) {
+        if self.steps_commit(stacks) {
             // SAFETY: the caller's contract: the word is the stopped
             // stack's, aligned, ours while we hold the guard. Release keeps
             // the holder's changes to the stack before it (a plain store on

@@ -1,5 +1,6 @@
 //! `cargo xtask`: runs every step over every target and configuration (arguments and dispatch).
 
+mod excerpt;
 mod qemu;
 mod report;
 mod run;
@@ -142,7 +143,7 @@ fn main() -> ExitCode {
     if args.json {
         println!("{}", report::json(&rows));
     } else {
-        print!("{}", report::table(&rows));
+        print!("{}{}", report::excerpts(&rows), report::table(&rows));
     }
     if report::any_failed(&rows) {
         ExitCode::FAILURE

@@ -46,6 +46,9 @@ pub struct Row {
     pub reason: Option<String>,
     /// The command line (or the setup summary).
     pub command: String,
+    /// What a failed row printed that says why (see `excerpt.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<String>,
 }
 
 fn two_decimals<S: serde::Serializer>(seconds: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -64,6 +67,25 @@ pub fn json(rows: &[Row]) -> String {
         rows: &'a [Row],
     }
     serde_json::to_string_pretty(&Report { rows }).expect("rows serialize")
+}
+
+/// Each failed row's excerpt under a header naming the row, for the end
+/// of the log (the table follows it).
+pub fn excerpts(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for r in rows.iter().filter(|r| r.status == Status::Fail) {
+        let test = r
+            .test
+            .as_deref()
+            .map(|t| format!(" {t}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "==> why [{}/{}] {}{test} failed: {}\n",
+            r.target, r.config, r.step, r.command
+        ));
+        out.push_str(r.excerpt.as_deref().unwrap_or("(nothing kept)\n"));
+    }
+    out
 }
 
 /// An aligned table with a summary line.

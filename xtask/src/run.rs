@@ -1,12 +1,14 @@
 //! Executing rows: one runner that spawns a command, streams its output, times it, and kills it
 //! (with everything it started) if it runs past the step timeout.
 
-use std::io::{self, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::excerpt::Excerpt;
 use crate::report::{Row, Status};
 use crate::setup;
 use crate::steps::{Action, Step, StepKind};
@@ -70,7 +72,47 @@ impl Cmd {
 
     /// Runs to completion with output streamed to `sink`; `Err` says why it failed.
     pub fn stream(&self, root: &Path, sink: Sink, timeout: Option<Duration>) -> Result<(), String> {
-        self.run_to(root, sink.stdout(), Stdio::inherit(), timeout)
+        self.stream_kept(root, sink, timeout).0
+    }
+
+    /// [`Cmd::stream`], also keeping the [`Excerpt`] of what it printed:
+    /// its stdout and stderr pass through this process, line by line.
+    pub fn stream_kept(
+        &self,
+        root: &Path,
+        sink: Sink,
+        timeout: Option<Duration>,
+    ) -> (Result<(), String>, Excerpt) {
+        let excerpt = Arc::new(Mutex::new(Excerpt::default()));
+        let (done, finished) = mpsc::channel();
+        let mut readers = 0;
+        let result = self.run_to(root, Stdio::piped(), Stdio::piped(), timeout, |child| {
+            let out = child
+                .stdout
+                .take()
+                .map(|o| (Box::new(o) as Box<dyn Read + Send>, sink));
+            let err = child
+                .stderr
+                .take()
+                .map(|e| (Box::new(e) as Box<dyn Read + Send>, Sink::Stderr));
+            for (from, to) in out.into_iter().chain(err) {
+                let (excerpt, done) = (Arc::clone(&excerpt), done.clone());
+                readers += 1;
+                std::thread::spawn(move || {
+                    tee(from, to, &excerpt);
+                    let _ = done.send(());
+                });
+            }
+        });
+        // A grandchild left running (killed at the timeout, or a daemon)
+        // may hold a pipe open: wait a little, not for ever.
+        for _ in 0..readers {
+            if finished.recv_timeout(Duration::from_secs(5)).is_err() {
+                break;
+            }
+        }
+        let excerpt = std::mem::take(&mut *excerpt.lock().unwrap_or_else(|e| e.into_inner()));
+        (result, excerpt)
     }
 
     /// Runs to completion with stdout and stderr into `out`; `Err` says why it failed.
@@ -84,7 +126,7 @@ impl Cmd {
         let (o, e) = o
             .and_then(|o| e.map(|e| (o, e)))
             .map_err(|e| e.to_string())?;
-        self.run_to(root, Stdio::from(o), Stdio::from(e), timeout)
+        self.run_to(root, Stdio::from(o), Stdio::from(e), timeout, |_| {})
     }
 
     fn run_to(
@@ -93,6 +135,7 @@ impl Cmd {
         stdout: Stdio,
         stderr: Stdio,
         timeout: Option<Duration>,
+        started: impl FnOnce(&mut Child),
     ) -> Result<(), String> {
         let mut child = self
             .command(root)
@@ -101,6 +144,7 @@ impl Cmd {
             .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", self.program))?;
+        started(&mut child);
         let start = Instant::now();
         loop {
             match child.try_wait() {
@@ -195,6 +239,27 @@ fn kill_tree(pid: u32) {
         .status();
 }
 
+/// Copies `from` to `to` line by line, feeding `excerpt`.
+fn tee(from: Box<dyn Read + Send>, to: Sink, excerpt: &Mutex<Excerpt>) {
+    let mut from = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match from.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let _ = match to {
+            Sink::Inherit => io::stdout().lock().write_all(&line),
+            Sink::Stderr => io::stderr().lock().write_all(&line),
+        };
+        excerpt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(&String::from_utf8_lossy(&line));
+    }
+}
+
 /// Where children's stdout goes. Their stderr always goes to ours.
 #[derive(Clone, Copy, Debug)]
 pub enum Sink {
@@ -202,15 +267,6 @@ pub enum Sink {
     Inherit,
     /// Our stderr (`matrix --json`): stdout carries only the JSON.
     Stderr,
-}
-
-impl Sink {
-    fn stdout(self) -> Stdio {
-        match self {
-            Sink::Inherit => Stdio::inherit(),
-            Sink::Stderr => Stdio::from(io::stderr()),
-        }
-    }
 }
 
 /// How the rows run.
@@ -317,7 +373,7 @@ fn run_captured(
     let _p = print.lock().unwrap_or_else(|e| e.into_inner());
     eprintln!("==> output of {}", &header[4..]);
     eprint!("{output}");
-    finish(&mut row, &header, result);
+    finish(&mut row, &header, result, Excerpt::of(&output));
     let _ = io::stderr().flush();
     row
 }
@@ -340,11 +396,12 @@ fn row_for(step: &Step) -> Row {
         seconds: 0.0,
         reason: None,
         command: step.command_line(),
+        excerpt: None,
     }
 }
 
-/// Prints how the row ended and records it.
-fn finish(row: &mut Row, header: &str, result: Result<(), String>) {
+/// Prints how the row ended and records it, with `excerpt` if it failed.
+fn finish(row: &mut Row, header: &str, result: Result<(), String>, excerpt: Excerpt) {
     match result {
         Ok(()) => {
             // CI has a wall-clock budget: every row says what it cost, so a log that ends
@@ -356,6 +413,7 @@ fn finish(row: &mut Row, header: &str, result: Result<(), String>) {
             eprintln!("{header}: FAILED in {:.0} s ({reason})", row.seconds);
             row.status = Status::Fail;
             row.reason = Some(reason);
+            row.excerpt = Some(excerpt.render());
         }
     }
 }
@@ -375,13 +433,13 @@ fn run_one(root: &Path, step: &Step, opts: Options) -> Row {
     let _ = io::stderr().flush();
 
     let start = Instant::now();
-    let result = match &step.action {
-        Action::Cmd(cmd) => cmd.stream(root, opts.sink, opts.timeout),
-        Action::Setup(needs) => setup::run(root, needs, opts.sink),
-        Action::Nothing => Ok(()),
+    let (result, excerpt) = match &step.action {
+        Action::Cmd(cmd) => cmd.stream_kept(root, opts.sink, opts.timeout),
+        Action::Setup(needs) => (setup::run(root, needs, opts.sink), Excerpt::default()),
+        Action::Nothing => (Ok(()), Excerpt::default()),
     };
     row.seconds = start.elapsed().as_secs_f64();
-    finish(&mut row, &header, result);
+    finish(&mut row, &header, result, excerpt);
     row
 }
 
@@ -397,6 +455,22 @@ mod tests {
         assert_eq!(
             cmd.display(),
             "RUSTFLAGS=\"--cfg kmm_loom\" cargo test --features a/stats,b/stats"
+        );
+    }
+
+    #[test]
+    fn a_failure_keeps_what_it_printed_on_either_stream() {
+        let script =
+            "echo 'test a ... FAILED'; echo 'thread a panicked at x.rs:1:1:' >&2; exit 101";
+        let (result, excerpt) =
+            Cmd::new("sh")
+                .args(["-c", script])
+                .stream_kept(Path::new("."), Sink::Stderr, None);
+        assert_eq!(result, Err("exit status 101".to_string()));
+        let r = excerpt.render();
+        assert!(
+            r.contains("test a ... FAILED") && r.contains("panicked at x.rs"),
+            "{r}"
         );
     }
 

@@ -106,6 +106,20 @@ fn push_at(nr: usize, d: &LocalStacks, v: usize) -> LocalOp {
     unsafe { push(nr, d, v) }
 }
 
+/// Pushes `v` onto a stack with room, retrying the misses that aborts
+/// cause (preemption, migration or a signal inside the section: rare, but
+/// a loaded CI machine hit one); the CPU it went to.
+fn push_with_room(nr: usize, d: &LocalStacks, v: usize) -> usize {
+    for _ in 0..10_000 {
+        match push_at(nr, d, v) {
+            LocalOp::Done { cpu, .. } => return cpu,
+            LocalOp::Miss => std::thread::yield_now(),
+            other => panic!("push onto a stack with room: {other:?}"),
+        }
+    }
+    panic!("push onto a stack with room missed 10 000 times");
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "rseq: inline asm")]
 fn the_sections_pop_and_push_the_callers_cpu_stack() {
@@ -119,10 +133,7 @@ fn the_sections_pop_and_push_the_callers_cpu_stack() {
     assert_eq!(pop_at(nr, &d), LocalOp::Miss, "empty stacks");
     let mut pushed = Vec::new();
     for v in 1..=3usize {
-        match push_at(nr, &d, v) {
-            LocalOp::Done { cpu, .. } => pushed.push((cpu, v)),
-            other => panic!("push onto a stack with room: {other:?}"),
-        }
+        pushed.push((push_with_room(nr, &d, v), v));
     }
     assert_disarmed();
     let on = |cpu: usize| {
@@ -226,10 +237,7 @@ fn the_sections_reach_a_column_of_rows() {
         libc::CPU_SET(nr - 1, &mut set);
         libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set);
     }
-    let cpu = match push_at(nr, &d, 77) {
-        LocalOp::Done { cpu, .. } => cpu,
-        other => panic!("push onto an empty stack: {other:?}"),
-    };
+    let cpu = push_with_room(nr, &d, 77);
     assert_disarmed();
     let used: Vec<usize> = (0..nr * 16).filter(|&i| rows[i].len == 1).collect();
     assert_eq!(

@@ -20,6 +20,7 @@
 //! without it `--allocator vmem` reports a null row and `all` leaves it out.
 
 use crate::cli::Common;
+use arch_api::sync::{DefaultRawMutex, Mutex};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -83,6 +84,12 @@ pub enum Allocator {
     /// gfx-rs range-alloc (sorted free-range list, best fit).
     #[value(name = "range-alloc")]
     RangeAlloc,
+    /// range-alloc behind the lock vmap-core's fronts take (arch-api's
+    /// default spinlock, one lock and unlock per operation): what a
+    /// concurrent caller of range-alloc pays, to set beside
+    /// `vmap-core-sharded`, which locks its node on every operation.
+    #[value(name = "range-alloc-locked")]
+    RangeAllocLocked,
     /// offset-allocator (TLSF-like, O(1), no alignment).
     #[value(name = "offset-allocator")]
     OffsetAllocator,
@@ -128,6 +135,7 @@ const ALLOCATORS: &[Allocator] = &[
     Allocator::VmapCoreSharded,
     Allocator::VmAllocator,
     Allocator::RangeAlloc,
+    Allocator::RangeAllocLocked,
     Allocator::OffsetAllocator,
     #[cfg(feature = "nightly-peers")]
     Allocator::Vmem,
@@ -262,6 +270,25 @@ impl Peer for RangeA {
     }
 }
 
+/// range-alloc as a concurrent caller must use it: through `&self`, one
+/// lock per operation (the `&mut` of the trait is not used to skip it).
+struct RangeLocked(Mutex<DefaultRawMutex, range_alloc::RangeAllocator<u64>>);
+impl Peer for RangeLocked {
+    type H = std::ops::Range<u64>;
+    const ALIGN: bool = false;
+    #[inline]
+    fn alloc(&mut self, size: u64, _: u64) -> Option<Self::H> {
+        self.0.lock().allocate_range(size).ok()
+    }
+    #[inline]
+    fn free(&mut self, h: Self::H) {
+        self.0.lock().free_range(h);
+    }
+    fn offset(h: &Self::H) -> u64 {
+        h.start - VSTART
+    }
+}
+
 /// Sizes in pages (its offsets are u32).
 struct OffsetA(offset_allocator::Allocator<u32>);
 impl Peer for OffsetA {
@@ -367,6 +394,9 @@ fn build<V: Visit>(a: Allocator, capacity: u64, v: V) -> Result<V::Out, String> 
         )),
         Allocator::RangeAlloc => v.visit(RangeA(range_alloc::RangeAllocator::new(
             VSTART..VSTART + VSIZE,
+        ))),
+        Allocator::RangeAllocLocked => v.visit(RangeLocked(Mutex::new(
+            range_alloc::RangeAllocator::new(VSTART..VSTART + VSIZE),
         ))),
         Allocator::OffsetAllocator => {
             v.visit(OffsetA(offset_allocator::Allocator::with_max_allocs(

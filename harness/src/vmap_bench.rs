@@ -272,20 +272,20 @@ impl Peer for RangeA {
 
 /// range-alloc as a concurrent caller must use it: through `&self`, one
 /// lock per operation (the `&mut` of the trait is not used to skip it).
-struct RangeLocked(Mutex<DefaultRawMutex, range_alloc::RangeAllocator<u64>>);
+struct RangeLocked(Mutex<DefaultRawMutex, RangeA>);
 impl Peer for RangeLocked {
-    type H = std::ops::Range<u64>;
-    const ALIGN: bool = false;
+    type H = <RangeA as Peer>::H;
+    const ALIGN: bool = RangeA::ALIGN;
     #[inline]
-    fn alloc(&mut self, size: u64, _: u64) -> Option<Self::H> {
-        self.0.lock().allocate_range(size).ok()
+    fn alloc(&mut self, size: u64, align: u64) -> Option<Self::H> {
+        self.0.lock().alloc(size, align)
     }
     #[inline]
     fn free(&mut self, h: Self::H) {
-        self.0.lock().free_range(h);
+        self.0.lock().free(h);
     }
     fn offset(h: &Self::H) -> u64 {
-        h.start - VSTART
+        RangeA::offset(h)
     }
 }
 
@@ -395,9 +395,9 @@ fn build<V: Visit>(a: Allocator, capacity: u64, v: V) -> Result<V::Out, String> 
         Allocator::RangeAlloc => v.visit(RangeA(range_alloc::RangeAllocator::new(
             VSTART..VSTART + VSIZE,
         ))),
-        Allocator::RangeAllocLocked => v.visit(RangeLocked(Mutex::new(
+        Allocator::RangeAllocLocked => v.visit(RangeLocked(Mutex::new(RangeA(
             range_alloc::RangeAllocator::new(VSTART..VSTART + VSIZE),
-        ))),
+        )))),
         Allocator::OffsetAllocator => {
             v.visit(OffsetA(offset_allocator::Allocator::with_max_allocs(
                 (VSIZE / PAGE).min(u32::MAX as u64) as u32,

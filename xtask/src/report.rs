@@ -51,6 +51,16 @@ pub struct Row {
     pub excerpt: Option<String>,
 }
 
+impl Row {
+    /// The step, with its test where it has one (`loom crate/loom_x`).
+    fn step_label(&self) -> String {
+        match &self.test {
+            Some(test) => format!("{} {test}", self.step),
+            None => self.step.clone(),
+        }
+    }
+}
+
 fn two_decimals<S: serde::Serializer>(seconds: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((seconds * 100.0).round() / 100.0)
 }
@@ -74,14 +84,12 @@ pub fn json(rows: &[Row]) -> String {
 pub fn excerpts(rows: &[Row]) -> String {
     let mut out = String::new();
     for r in rows.iter().filter(|r| r.status == Status::Fail) {
-        let test = r
-            .test
-            .as_deref()
-            .map(|t| format!(" {t}"))
-            .unwrap_or_default();
         out.push_str(&format!(
-            "==> why [{}/{}] {}{test} failed: {}\n",
-            r.target, r.config, r.step, r.command
+            "==> why [{}/{}] {} failed: {}\n",
+            r.target,
+            r.config,
+            r.step_label(),
+            r.command
         ));
         out.push_str(r.excerpt.as_deref().unwrap_or("(nothing kept)\n"));
     }
@@ -94,10 +102,7 @@ pub fn table(rows: &[Row]) -> String {
     let cells: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
-            let step = match &r.test {
-                Some(test) => format!("{} {test}", r.step),
-                None => r.step.clone(),
-            };
+            let step = r.step_label();
             let seconds = if r.status == Status::Skipped {
                 "-".to_string()
             } else {

@@ -521,6 +521,10 @@ mod tests {
     use super::*;
     use crate::node::{NodeArena, Pool, test_pool};
 
+    /// Nodes in the tests that check the whole tree after every change
+    /// (quadratic): fewer under miri, still several levels deep.
+    const CHECKED_NODES: u64 = if cfg!(miri) { 64 } else { 400 };
+
     fn add<A: Augment>(t: &mut Tree<A>, p: &mut Pool<512>, start: u64, end: u64) -> NodeIdx {
         let i = p.alloc_node().unwrap();
         p.node_mut(i).start = start;
@@ -531,12 +535,14 @@ mod tests {
 
     #[test]
     fn insert_remove_keeps_avl_order() {
+        // A multiple of 3 (a third is left) and coprime to both strides.
+        const N: u64 = CHECKED_NODES / 3 * 3;
         let mut p = test_pool::<512>();
         let mut t: Tree<MaxFree> = Tree::new();
-        let mut idx = [0; 300];
+        let mut idx = [0; N as usize];
         // A scrambled but deterministic order.
-        for k in 0..300u64 {
-            let key = (k * 7919) % 300;
+        for k in 0..N {
+            let key = (k * 7919) % N;
             idx[key as usize] = add(&mut t, &mut p, key * 10, key * 10 + 1 + key % 5);
             t.check(&p).unwrap();
         }
@@ -549,10 +555,10 @@ mod tests {
             i = t.next(&p, i);
             n += 1;
         }
-        assert_eq!(n, 300);
+        assert_eq!(n, N);
         assert_eq!(p.node(t.root).aug, 5);
-        for k in 0..300u64 {
-            let key = (k * 104729) % 300;
+        for k in 0..N {
+            let key = (k * 104729) % N;
             if key % 3 == 0 {
                 continue;
             }
@@ -560,7 +566,7 @@ mod tests {
             p.free_node(idx[key as usize]);
             t.check(&p).unwrap();
         }
-        assert_eq!(t.len, 100);
+        assert_eq!(t.len, N as usize / 3);
         let mut vis = 0;
         assert_ne!(t.find_start(&p, 30, &mut vis), NIL);
         assert_eq!(t.find_start(&p, 40, &mut vis), NIL);
@@ -579,8 +585,9 @@ mod tests {
         let mut pb = test_pool::<512>();
         let mut a: Tree<MaxFree> = Tree::new();
         let mut b: Tree<MaxFree> = Tree::new();
-        for k in 0..400u64 {
-            let key = (k * 7919) % 400;
+        const N: u64 = CHECKED_NODES;
+        for k in 0..N {
+            let key = (k * 7919) % N;
             add(&mut a, &mut pa, key * 10, key * 10 + 1 + key % 7);
             let mut vis = 0;
             let pred = b.floor(&pb, key * 10, &mut vis);
@@ -604,12 +611,12 @@ mod tests {
     fn busy_tree_early_stop_stays_consistent() {
         let mut p = test_pool::<512>();
         let mut t: Tree<NoAug> = Tree::new();
-        let mut v = [0; 400];
-        for k in 0..400u64 {
+        let mut v = [0; CHECKED_NODES as usize];
+        for k in 0..CHECKED_NODES {
             v[k as usize] = add(&mut t, &mut p, k, k + 1);
         }
         t.check(&p).unwrap();
-        for k in (0..400).step_by(3) {
+        for k in (0..CHECKED_NODES as usize).step_by(3) {
             t.remove(&mut p, v[k]);
             t.check(&p).unwrap();
         }

@@ -16,7 +16,7 @@ type Outcome = Vec<(u64, Result<VmapArea, VmapError>)>;
 
 /// Areas in the test space (fewer under miri, where the linear policy's
 /// walks are slow).
-const AREAS: u64 = if cfg!(miri) { 40 } else { 300 };
+const AREAS: u64 = if cfg!(miri) { 20 } else { 300 };
 
 /// Areas of 1..4 pages, some touching, some with holes between them.
 fn space<F: FreeAreaSearch>() -> (VmapSpace<F, VecSource>, Vec<u64>) {

@@ -3,7 +3,7 @@
 //! 2010), exact-address requests, frees in random order, bogus and double
 //! frees. The four policies must return identical results, and agree with
 //! the brute-force reference model. 8 x 125 000 = 1 000 000 operations per
-//! normal run (scaled down under miri).
+//! optimised run (the release row); scaled down unoptimised and under miri.
 
 mod common;
 
@@ -186,7 +186,7 @@ fn run(seed: u64, ops: usize) {
                 assert_eq!(g.map(|x| span(&x)), want);
             }
         }
-        if op % 1024 == 0 || cfg!(miri) {
+        if op % CHECK_EVERY == 0 {
             lin.check_invariants().unwrap();
             fac.check_invariants().unwrap();
             aug.check_invariants().unwrap();
@@ -213,7 +213,19 @@ fn run(seed: u64, ops: usize) {
     bt.check_invariants().unwrap();
 }
 
-const OPS: usize = if cfg!(miri) { 150 } else { 125_000 };
+/// Operations per seed: 8 x 125 000 = 1M in the optimised build (the
+/// release row), fewer unoptimised (the debug rows and qemu, ~10x slower)
+/// and far fewer under miri.
+const OPS: usize = if cfg!(miri) {
+    120
+} else if cfg!(debug_assertions) {
+    25_000
+} else {
+    125_000
+};
+/// Operations between whole-structure checks (a check walks every node of
+/// four spaces: most of the time under miri if made after each operation).
+const CHECK_EVERY: usize = if cfg!(miri) { 20 } else { 1024 };
 
 #[test]
 fn differential_seed_1() {

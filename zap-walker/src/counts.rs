@@ -330,7 +330,7 @@ mod tests {
         let mut c = LiveCounts::default();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        let steps = if cfg!(miri) { 3_000 } else { 20_000u64 };
+        let steps = if cfg!(miri) { 1_000 } else { 20_000u64 };
         for step in 0..steps {
             x ^= x << 13;
             x ^= x >> 7;

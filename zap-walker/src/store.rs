@@ -380,7 +380,7 @@ mod tests {
         let mut c = SideStore::default();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        let steps = if cfg!(miri) { 2_000 } else { 20_000u64 };
+        let steps = if cfg!(miri) { 800 } else { 20_000u64 };
         // 300 frames in the arena and 300 boot-table frames below it.
         let key = |k: u64| {
             if k < 300 {

@@ -62,7 +62,7 @@ pub const FUZZ_TARGETS: &[(&str, &str)] = &[
     ("slub-core", "ops"),
 ];
 /// Seconds each fuzz target runs in CI (libFuzzer's `-max_total_time`).
-pub const FUZZ_SECONDS: u32 = 60;
+pub const FUZZ_SECONDS: u32 = 30;
 /// libFuzzer options of the CI rows besides the time: inputs of up to 4 KiB
 /// from the start (`-len_control=0`; the targets read operation sequences,
 /// and a minute is too short for libFuzzer's slow growth from 4 bytes).

@@ -124,10 +124,10 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
     ));
 
     // The feature configurations change only the library crates, so their
-    // rows test those (the harness, the preloadable malloc and the demo
-    // kernels' host tests run in the default and release rows: they were
-    // a third of each of these rows' time, and CI must fit its budget on a
-    // slow day).
+    // rows test those; the harness, the preloadable malloc and the demo
+    // kernel's host tests (a large part of a workspace row's build and run)
+    // run in the default and release rows, so CI fits its budget on a slow
+    // day.
     for config in FEATURE_CONFIGS {
         let crates = if *config == "default" {
             vec!["--workspace".to_string()]
@@ -135,7 +135,7 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             package_args(LIB_CRATES)
         };
         let cmd = Cmd::new("cargo")
-            .args(["test".to_string()])
+            .args(["test"])
             .args(crates)
             .args(feature_args(&crates_with_feature(root, config), config));
         rows.push(Step::new(

@@ -285,14 +285,14 @@ pub struct Options {
 }
 
 /// Runs every row in order, continuing after failures, and reports each.
-/// A run of consecutive Miri rows goes through [`run_in_lanes`]: Miri
-/// interprets on one core, and these rows are most of CI's time.
+/// A run of consecutive single-core rows (see [`runs_in_a_lane`]) goes
+/// through [`run_in_lanes`]: together they are most of CI's time.
 pub fn run_all(root: &Path, steps: &[Step], opts: Options) -> Vec<Row> {
     let mut rows = Vec::with_capacity(steps.len());
     let mut i = 0;
     while i < steps.len() {
         let mut j = i;
-        while j < steps.len() && steps[j].kind == StepKind::Miri && steps[j].skip.is_none() {
+        while j < steps.len() && runs_in_a_lane(&steps[j]) {
             j += 1;
         }
         if j - i >= 2 {
@@ -304,6 +304,15 @@ pub fn run_all(root: &Path, steps: &[Step], opts: Options) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// Rows whose work runs on one core once built: Miri interprets on one,
+/// a loom model explores its interleavings on one, libFuzzer fuzzes on one
+/// (each builds into its own target directory, so two can run side by
+/// side). The matrix puts them next to each other, Miri's longest rows
+/// first, so the short loom and fuzz rows fill whichever lane is free.
+fn runs_in_a_lane(step: &Step) -> bool {
+    matches!(step.kind, StepKind::Loom | StepKind::Miri | StepKind::Fuzz) && step.skip.is_none()
 }
 
 /// Runs `steps` (cargo commands) on as many lanes as the machine has cores

@@ -13,7 +13,7 @@ use zap_walker::{BreakInfo, Frames, Gather, MAX_CHAIN_PAGES, MapFlags, Walker, W
 
 const ARENA: u64 = if cfg!(miri) { 16 << 20 } else { 1 << 30 };
 /// Pages mapped and zapped (fewer where the layout's space is smaller).
-const PAGES: u64 = if cfg!(miri) { 300 } else { 1500 };
+const PAGES: u64 = if cfg!(miri) { 100 } else { 1500 };
 /// The fixed batch: small, so that every layout chains.
 const BATCH: usize = 16;
 

@@ -327,6 +327,22 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
         }
     }
 
+    // One row per crate, so a failure names its crate and a crate can carry
+    // its own MIRIFLAGS. Miri, loom and fuzz rows come together, Miri's
+    // longest first: `run_all` runs them side by side in lanes, and the short
+    // loom and fuzz rows then fill whichever lane frees up.
+    for krate in UNSAFE_CRATES {
+        let mut miri = Cmd::new("cargo")
+            .args(["+nightly", "miri", "test", "-p", krate])
+            .env("CARGO_TARGET_DIR", "target/xtask/miri");
+        if let Some((_, flags)) = MIRI_FLAGS.iter().find(|(c, _)| c == krate) {
+            miri = miri.env("MIRIFLAGS", flags);
+        }
+        let mut step = Step::new(StepKind::Miri, "host", "default", Action::Cmd(miri));
+        step.detail = Some((*krate).to_string());
+        rows.push(step);
+    }
+
     let loom = loom_tests(root);
     if loom.is_empty() {
         let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Nothing);
@@ -341,20 +357,6 @@ pub fn matrix(root: &Path, sel: &Selection) -> Vec<Step> {
             .env("CARGO_TARGET_DIR", "target/xtask/loom");
         let mut step = Step::new(StepKind::Loom, "host", "loom", Action::Cmd(cmd));
         step.detail = Some(format!("{krate}/{test}"));
-        rows.push(step);
-    }
-
-    // One row per crate, so a failure names its crate and a crate can carry
-    // its own MIRIFLAGS.
-    for krate in UNSAFE_CRATES {
-        let mut miri = Cmd::new("cargo")
-            .args(["+nightly", "miri", "test", "-p", krate])
-            .env("CARGO_TARGET_DIR", "target/xtask/miri");
-        if let Some((_, flags)) = MIRI_FLAGS.iter().find(|(c, _)| c == krate) {
-            miri = miri.env("MIRIFLAGS", flags);
-        }
-        let mut step = Step::new(StepKind::Miri, "host", "default", Action::Cmd(miri));
-        step.detail = Some((*krate).to_string());
         rows.push(step);
     }
 

@@ -12,7 +12,9 @@
 //! Besides the default policy, the rows `vmap-core-augmented`,
 //! `vmap-core-btree` (each free-area policy by name) and `vmap-core-sharded`
 //! (the per-node front with its size-class pools, one node: the path a
-//! vmalloc user takes) are measured.
+//! vmalloc user takes) are measured, and `vmap-core-blocktree`: the
+//! `BlockTree` prototype of issue 20 (one B+tree of busy areas whose gaps
+//! are the free blocks), on its own, before it goes under `VmapSpace`.
 //!
 //! The `vmem` peer (Bonwick arena) needs nightly: it is built only with the
 //! harness feature `nightly-peers`
@@ -78,6 +80,11 @@ pub enum Allocator {
     /// vmap-core's sharded front (one node, size-class pools of depth 64).
     #[value(name = "vmap-core-sharded")]
     VmapCoreSharded,
+    /// vmap-core's `BlockTree` prototype (issue 20): busy areas in one
+    /// B+tree, the free blocks the gaps between them; not yet under
+    /// `VmapSpace` (no lock, no node source, no `AllocRequest` bounds).
+    #[value(name = "vmap-core-blocktree")]
+    VmapCoreBlockTree,
     /// rust-vmm's vm-allocator (interval tree, first match).
     #[value(name = "vm-allocator")]
     VmAllocator,
@@ -133,6 +140,7 @@ const ALLOCATORS: &[Allocator] = &[
     Allocator::VmapCoreAugmented,
     Allocator::VmapCoreBtree,
     Allocator::VmapCoreSharded,
+    Allocator::VmapCoreBlockTree,
     Allocator::VmAllocator,
     Allocator::RangeAlloc,
     Allocator::RangeAllocLocked,
@@ -231,6 +239,23 @@ impl Peer for Sharded {
     }
     fn offset(h: &VmapArea) -> u64 {
         h.va_start.as_u64() - VSTART
+    }
+}
+
+struct Blocks(vmap_core::block_tree::BlockTree);
+impl Peer for Blocks {
+    type H = u64;
+    const ALIGN: bool = true;
+    #[inline]
+    fn alloc(&mut self, size: u64, align: u64) -> Option<u64> {
+        self.0.alloc(size, align).ok()
+    }
+    #[inline]
+    fn free(&mut self, h: u64) {
+        let _ = self.0.free(h);
+    }
+    fn offset(h: &u64) -> u64 {
+        h - VSTART
     }
 }
 
@@ -388,6 +413,10 @@ fn build<V: Visit>(a: Allocator, capacity: u64, v: V) -> Result<V::Out, String> 
                 1,
             )
             .map_err(|e| e.to_string())?,
+        )),
+        Allocator::VmapCoreBlockTree => v.visit(Blocks(
+            vmap_core::block_tree::BlockTree::new(VSTART, VSTART + VSIZE)
+                .map_err(|e| format!("{e:?}"))?,
         )),
         Allocator::VmAllocator => v.visit(VmAlloc(
             vm_allocator::AddressAllocator::new(VSTART, VSIZE).map_err(|e| e.to_string())?,

@@ -37,6 +37,8 @@
 //! (wide nodes with per-slot maxima); [`DefaultPolicy`] is the fronts'.
 //!
 //! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
+//! `block_tree/` (feature `testing`, not yet API) is the prototype of one
+//! B+tree in place of the busy and free trees (issue 20).
 //! With `alloc`, the `sharded` module adds per-node fronts (Linux 6.9's split
 //! of the global vmap lock, 2024) and a global-lock
 //! variant behind the shared `VmapNodes` trait.
@@ -48,6 +50,8 @@ extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+#[cfg(all(feature = "alloc", feature = "testing"))]
+pub mod block_tree;
 mod error;
 mod free_tree;
 mod node;

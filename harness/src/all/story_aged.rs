@@ -8,11 +8,12 @@ use super::table::{Chart, Panel, Series, Table, fmt_count, fmt_ns, fmt_ratio, nu
 use serde_json::Value;
 
 /// Allocators in table and legend order.
-const ALLOCATORS: [&str; 8] = [
+const ALLOCATORS: [&str; 9] = [
     "vmap-core",
     "vmap-core-augmented",
     "vmap-core-btree",
     "vmap-core-sharded",
+    "vmap-core-blocktree",
     "offset-allocator",
     "range-alloc",
     "vm-allocator",

@@ -1,0 +1,441 @@
+//! `BlockTree`: a space's busy areas in one B+tree whose free blocks are the
+//! gaps between them (issue 20's aged workload; a prototype, not yet under
+//! [`VmapSpace`](crate::VmapSpace)).
+//!
+//! `VmapSpace` keeps two balanced binary trees, one of busy areas (to find an
+//! area by address) and one of free blocks (to find the lowest fit), and an
+//! allocation or a free changes both: about 1 400 instructions a step at
+//! 1 000 live areas, and a cache miss per level at 100 000. Here the busy
+//! areas are the only records: wide leaves hold their `[start, end)` in
+//! address order, the free block before an area is the gap between it and
+//! the area before it, and every inner slot keeps the largest gap below it,
+//! as the 2026 maple-tree RFC for vmalloc does. An allocation inserts one
+//! record, a free removes one; the lowest fit is one descent (more only when
+//! alignment rules out a gap that is large enough).
+//!
+//! Nodes are only ever split, never rebalanced: a node that empties is
+//! unlinked, one that thins out stays (a steady workload refills it).
+//! `alloc` and `free` keep the way down and carry a gap change up it,
+//! stopping at the first level whose largest gap does not move; splits and
+//! unlinks (`shape.rs`) are rare and use parent links.
+//!
+//! Behind the `testing` feature while it is a prototype: measured in
+//! BENCHMARKS.md (session 23) with `harness vmap-bench --pattern aged
+//! --allocator vmap-core-blocktree`. What `VmapSpace` needs before it can
+//! run on it: `AllocRequest`'s bounds, `phase`, `nocross` and exact
+//! addresses; nodes from a `NodeSource` (it allocates from a `Vec`);
+//! stats; the sharded front's parked areas.
+
+use alloc::vec::Vec;
+
+mod shape;
+
+/// Records per leaf and children per inner node: a leaf's `start`/`end`
+/// arrays are four cache lines.
+const B: usize = 16;
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone)]
+struct Leaf {
+    n: usize,
+    start: [u64; B],
+    end: [u64; B],
+    /// End of the last area of the leaf before (the space's start for the
+    /// first leaf): the gap before slot 0 is `start[0] - prev_end`.
+    prev_end: u64,
+    next: u32,
+    parent: u32,
+}
+
+#[derive(Clone)]
+struct Inner {
+    n: usize,
+    child: [u32; B],
+    /// Separators: every start in child `c` is `>= key[c]` and `<
+    /// key[c + 1]`; `key[0]` is not used.
+    key: [u64; B],
+    /// The largest gap before any record below child `c`; 0 from `n` on,
+    /// so the node's largest is a maximum over the whole array, which the
+    /// compiler unrolls.
+    gap: [u64; B],
+    parent: u32,
+}
+
+impl Inner {
+    fn max_gap(&self) -> u64 {
+        self.gap.iter().fold(0, |m, &g| m.max(g))
+    }
+}
+
+/// Deepest tree [`Path`] holds: a root split needs a full root, so height
+/// `h` took more than `8^(h - 1)` leaves, beyond any `u32` index at 12.
+const MAX_HEIGHT: usize = 12;
+
+/// The way down from the root: inner node `node[k]` at level `k` (the root
+/// is 0) and the child `pos[k]` taken in it.
+#[derive(Default)]
+struct Path {
+    node: [u32; MAX_HEIGHT],
+    pos: [u8; MAX_HEIGHT],
+}
+
+/// Where an area was found: leaf and slot.
+#[derive(Clone, Copy)]
+struct Slot {
+    leaf: u32,
+    i: usize,
+}
+
+/// A space `[start, end)` of busy areas with lowest-fit allocation; see the
+/// module documentation.
+///
+/// ```
+/// use vmap_core::block_tree::BlockTree;
+///
+/// const PAGE: u64 = 4096;
+/// let mut t = BlockTree::new(0x1000_0000, 0x2000_0000).unwrap();
+/// let a = t.alloc(4 * PAGE, PAGE).unwrap();
+/// let b = t.alloc(PAGE, PAGE).unwrap();
+/// assert_eq!((a, b), (0x1000_0000, a + 4 * PAGE)); // lowest fit first
+/// assert_eq!(t.free(a), Ok(4 * PAGE));
+/// assert_eq!(t.alloc(2 * PAGE, 2 * PAGE), Ok(a)); // the hole, aligned
+/// assert_eq!(t.find_area(b + 5), Some((b, b + PAGE)));
+/// ```
+pub struct BlockTree {
+    leaves: Vec<Leaf>,
+    inners: Vec<Inner>,
+    free_leaves: Vec<u32>,
+    free_inners: Vec<u32>,
+    /// The root: a leaf while `height == 0`, else an inner node.
+    root: u32,
+    height: usize,
+    start: u64,
+    end: u64,
+    areas: usize,
+}
+
+/// Why an operation was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockTreeError {
+    /// `[start, end)` is empty, or an alignment is not a power of two, or a
+    /// size is zero.
+    BadArgument,
+    /// No gap holds the request.
+    NoSpace,
+    /// No busy area starts at this address.
+    NotFound(u64),
+}
+
+impl BlockTree {
+    /// An empty space `[start, end)`.
+    pub fn new(start: u64, end: u64) -> Result<Self, BlockTreeError> {
+        if start >= end {
+            return Err(BlockTreeError::BadArgument);
+        }
+        // A zero-length sentinel at `end` makes the gap after the last area
+        // the gap before it, so every gap belongs to a record.
+        let mut leaf = Leaf {
+            n: 1,
+            start: [0; B],
+            end: [0; B],
+            prev_end: start,
+            next: NONE,
+            parent: NONE,
+        };
+        leaf.start[0] = end;
+        leaf.end[0] = end;
+        Ok(Self {
+            leaves: alloc::vec![leaf],
+            inners: Vec::new(),
+            free_leaves: Vec::new(),
+            free_inners: Vec::new(),
+            root: 0,
+            height: 0,
+            start,
+            end,
+            areas: 0,
+        })
+    }
+
+    /// The space's first byte.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// One past the space's last byte.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Busy areas.
+    pub fn len(&self) -> usize {
+        self.areas
+    }
+
+    /// Whether no area is busy.
+    pub fn is_empty(&self) -> bool {
+        self.areas == 0
+    }
+
+    /// Allocates `size` bytes at the lowest address that is a multiple of
+    /// `align` (a power of two) and fits; returns the address.
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, BlockTreeError> {
+        if size == 0 || !align.is_power_of_two() {
+            return Err(BlockTreeError::BadArgument);
+        }
+        let mut path = Path::default();
+        let (s, a, gap) = self
+            .find(&mut path, size, align)
+            .ok_or(BlockTreeError::NoSpace)?;
+        if self.leaves[s.leaf as usize].n == B {
+            // A split: the rare, general way.
+            self.insert(s, a, a + size);
+        } else {
+            if s.i == 0 {
+                self.lower_separator(&path, a);
+            }
+            let l = &mut self.leaves[s.leaf as usize];
+            l.start.copy_within(s.i..l.n, s.i + 1);
+            l.end.copy_within(s.i..l.n, s.i + 1);
+            l.start[s.i] = a;
+            l.end[s.i] = a + size;
+            l.n += 1;
+            // The gap it went into split in two: the leaf's largest gap can
+            // only have shrunk, and only if it was this one.
+            if let Some(k) = self.height.checked_sub(1) {
+                let (p, c) = (path.node[k], path.pos[k] as usize);
+                if self.inners[p as usize].gap[c] == gap {
+                    let m = self.leaf_gap(s.leaf);
+                    self.lower_gap(&path, k, m);
+                }
+            }
+        }
+        self.areas += 1;
+        Ok(a)
+    }
+
+    /// Frees the area starting at `addr`; returns its size.
+    pub fn free(&mut self, addr: u64) -> Result<u64, BlockTreeError> {
+        let mut path = Path::default();
+        let leaf = self.descend(&mut path, addr);
+        let l = &self.leaves[leaf as usize];
+        let i = l.start[..l.n].partition_point(|&s| s < addr);
+        if i == l.n || l.start[i] != addr || addr == self.end {
+            return Err(BlockTreeError::NotFound(addr));
+        }
+        let size = l.end[i] - addr;
+        if l.n == 1 {
+            // The leaf empties: the rare, general way.
+            self.remove(Slot { leaf, i });
+        } else if i + 1 == l.n {
+            // The gap before it moves to the next leaf, with it (there is
+            // one: the last leaf ends with the sentinel, never freed, so
+            // the tree has inner nodes too).
+            let k = self.height - 1;
+            let l = &mut self.leaves[leaf as usize];
+            l.n -= 1;
+            let (last, next) = (l.end[i - 1], l.next);
+            let m = self.leaf_gap(leaf);
+            self.lower_gap(&path, k, m);
+            let n = &mut self.leaves[next as usize];
+            n.prev_end = last;
+            let gap = n.start[0] - last;
+            self.next_path(&mut path);
+            self.raise_gap(&path, k, gap);
+        } else {
+            let l = &mut self.leaves[leaf as usize];
+            let prev = if i > 0 { l.end[i - 1] } else { l.prev_end };
+            let merged = l.start[i + 1] - prev;
+            l.start.copy_within(i + 1..l.n, i);
+            l.end.copy_within(i + 1..l.n, i);
+            l.n -= 1;
+            if let Some(k) = self.height.checked_sub(1) {
+                self.raise_gap(&path, k, merged);
+            }
+        }
+        self.areas -= 1;
+        Ok(size)
+    }
+
+    /// The busy area containing `addr`, as `(start, end)`.
+    pub fn find_area(&self, addr: u64) -> Option<(u64, u64)> {
+        let s = self.lookup(addr)?;
+        let l = &self.leaves[s.leaf as usize];
+        (addr < l.end[s.i]).then(|| (l.start[s.i], l.end[s.i]))
+    }
+
+    /// Lowest fit: the slot before which it goes, its address and the gap
+    /// it goes into; `path` is left holding the way down. Subtrees whose
+    /// largest gap is too small are not entered; one whose gaps alignment
+    /// rules out is left for its next sibling.
+    fn find(&self, path: &mut Path, size: u64, align: u64) -> Option<(Slot, u64, u64)> {
+        let (mut node, mut k, mut from) = (self.root, 0, 0);
+        loop {
+            if k == self.height {
+                let l = &self.leaves[node as usize];
+                let mut prev = l.prev_end;
+                for i in 0..l.n {
+                    if l.start[i] - prev < size {
+                        prev = l.end[i];
+                        continue;
+                    }
+                    let a = prev.checked_add(align - 1).map(|x| x & !(align - 1));
+                    if let Some(a) =
+                        a.filter(|a| a.checked_add(size).is_some_and(|e| e <= l.start[i]))
+                    {
+                        return Some((Slot { leaf: node, i }, a, l.start[i] - prev));
+                    }
+                    prev = l.end[i];
+                }
+            } else {
+                let n = &self.inners[node as usize];
+                if let Some(c) = (from..n.n).find(|&c| n.gap[c] >= size) {
+                    path.node[k] = node;
+                    path.pos[k] = c as u8;
+                    (node, k, from) = (n.child[c], k + 1, 0);
+                    continue;
+                }
+            }
+            // Nothing here: the next sibling up the path.
+            k = k.checked_sub(1)?;
+            (node, from) = (path.node[k], path.pos[k] as usize + 1);
+        }
+    }
+
+    /// The leaf whose separators cover `addr`; `path` holds the way down.
+    fn descend(&self, path: &mut Path, addr: u64) -> u32 {
+        let mut node = self.root;
+        for k in 0..self.height {
+            let n = &self.inners[node as usize];
+            let c = n.key[1..n.n].partition_point(|&key| key <= addr);
+            path.node[k] = node;
+            path.pos[k] = c as u8;
+            node = n.child[c];
+        }
+        node
+    }
+
+    /// Sets the gap of `path`'s child at level `k` to `v`, no more than it
+    /// was, and carries the change up while it changes a node's largest.
+    fn lower_gap(&mut self, path: &Path, mut k: usize, mut v: u64) {
+        loop {
+            let n = &mut self.inners[path.node[k] as usize];
+            let c = path.pos[k] as usize;
+            let old = n.gap[c];
+            if old == v {
+                return;
+            }
+            n.gap[c] = v;
+            let Some(up) = k.checked_sub(1) else { return };
+            // The node's largest gap as its parent has it.
+            if old < self.inners[path.node[up] as usize].gap[path.pos[up] as usize] {
+                return;
+            }
+            let n = &self.inners[path.node[k] as usize];
+            v = n.max_gap();
+            k = up;
+        }
+    }
+
+    /// Makes sure the separator in front of `path`'s leaf is at most `key`.
+    fn lower_separator(&mut self, path: &Path, key: u64) {
+        for k in (0..self.height).rev() {
+            let c = path.pos[k] as usize;
+            if c > 0 {
+                let n = &mut self.inners[path.node[k] as usize];
+                n.key[c] = n.key[c].min(key);
+                return;
+            }
+        }
+    }
+
+    /// Moves `path` to the next leaf (there is one).
+    fn next_path(&self, path: &mut Path) {
+        let mut k = self.height - 1;
+        while path.pos[k] as usize + 1 == self.inners[path.node[k] as usize].n {
+            k -= 1;
+        }
+        path.pos[k] += 1;
+        for j in k + 1..self.height {
+            let up = &self.inners[path.node[j - 1] as usize];
+            path.node[j] = up.child[path.pos[j - 1] as usize];
+            path.pos[j] = 0;
+        }
+    }
+
+    /// Raises the gap of `path`'s child at level `k` to `v` and up, while
+    /// `v` is larger than what a level has.
+    fn raise_gap(&mut self, path: &Path, k: usize, v: u64) {
+        for k in (0..=k).rev() {
+            let g = &mut self.inners[path.node[k] as usize].gap[path.pos[k] as usize];
+            if *g >= v {
+                return;
+            }
+            *g = v;
+        }
+    }
+
+    /// The slot of the last record starting at or below `addr`.
+    fn lookup(&self, addr: u64) -> Option<Slot> {
+        let mut node = self.root;
+        for _ in 0..self.height {
+            let n = &self.inners[node as usize];
+            let mut c = 0;
+            while c + 1 < n.n && n.key[c + 1] <= addr {
+                c += 1;
+            }
+            node = n.child[c];
+        }
+        let l = &self.leaves[node as usize];
+        match l.start[..l.n].partition_point(|&s| s <= addr) {
+            // A separator is a lower bound, not the leaf's first start: the
+            // record before `addr` may end the leaf before.
+            0 => match self.prev_leaf(node) {
+                NONE => None,
+                p => Some(Slot {
+                    leaf: p,
+                    i: self.leaves[p as usize].n - 1,
+                }),
+            },
+            i => Some(Slot {
+                leaf: node,
+                i: i - 1,
+            }),
+        }
+    }
+
+    fn leaf_gap(&self, leaf: u32) -> u64 {
+        let l = &self.leaves[leaf as usize];
+        let mut prev = l.prev_end;
+        let mut max = 0;
+        for i in 0..l.n {
+            max = max.max(l.start[i] - prev);
+            prev = l.end[i];
+        }
+        max
+    }
+
+    /// Every area in address order (for tests and checks).
+    pub fn areas(&self) -> Vec<(u64, u64)> {
+        let mut leaf = self.first_leaf();
+        let mut out = Vec::new();
+        while leaf != NONE {
+            let l = &self.leaves[leaf as usize];
+            out.extend((0..l.n).map(|i| (l.start[i], l.end[i])));
+            leaf = l.next;
+        }
+        out.pop(); // the sentinel
+        out
+    }
+
+    fn first_leaf(&self) -> u32 {
+        let mut node = self.root;
+        for _ in 0..self.height {
+            node = self.inners[node as usize].child[0];
+        }
+        node
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+//! How the tree changes shape, off the hot path: splits (growing the root),
+//! unlinking emptied nodes (shrinking it), and the general insert and
+//! remove that need them, which find a node's place through parent links
+//! rather than the descent path `alloc` and `free` keep.
+
+use super::{B, BlockTree, Inner, NONE, Slot};
+use alloc::vec::Vec;
+
+impl BlockTree {
+    /// Re-derives the largest gap of `node` (at `height`) in its parent and
+    /// up, stopping where nothing changes.
+    fn update_gaps(&mut self, mut node: u32, mut height: usize) {
+        let mut gap = if height == 0 {
+            self.leaf_gap(node)
+        } else {
+            let n = &self.inners[node as usize];
+            n.max_gap()
+        };
+        loop {
+            let parent = self.parent(node, height);
+            if parent == NONE {
+                return;
+            }
+            let p = &mut self.inners[parent as usize];
+            let c = p.child[..p.n]
+                .iter()
+                .position(|&x| x == node)
+                .expect("child");
+            if p.gap[c] == gap {
+                return;
+            }
+            p.gap[c] = gap;
+            gap = p.max_gap();
+            node = parent;
+            height += 1;
+        }
+    }
+
+    pub(super) fn parent(&self, node: u32, height: usize) -> u32 {
+        if height == 0 {
+            self.leaves[node as usize].parent
+        } else {
+            self.inners[node as usize].parent
+        }
+    }
+
+    fn set_parent(&mut self, node: u32, height: usize, parent: u32) {
+        if height == 0 {
+            self.leaves[node as usize].parent = parent;
+        } else {
+            self.inners[node as usize].parent = parent;
+        }
+    }
+
+    /// Inserts `[a, e)` before slot `s` (the gap before it holds it).
+    pub(super) fn insert(&mut self, s: Slot, a: u64, e: u64) {
+        let Slot { mut leaf, mut i } = s;
+        if self.leaves[leaf as usize].n == B {
+            let right = self.split_leaf(leaf);
+            if i >= B / 2 {
+                leaf = right;
+                i -= B / 2;
+            }
+        }
+        let l = &mut self.leaves[leaf as usize];
+        l.start.copy_within(i..l.n, i + 1);
+        l.end.copy_within(i..l.n, i + 1);
+        l.start[i] = a;
+        l.end[i] = e;
+        l.n += 1;
+        if i == 0 {
+            self.lower_key(leaf, a);
+        }
+        self.update_gaps(leaf, 0);
+    }
+
+    /// Makes sure the separator in front of `leaf` is at most `key`.
+    fn lower_key(&mut self, mut node: u32, key: u64) {
+        let mut height = 0;
+        loop {
+            let parent = self.parent(node, height);
+            if parent == NONE {
+                return;
+            }
+            let p = &mut self.inners[parent as usize];
+            let c = p.child[..p.n]
+                .iter()
+                .position(|&x| x == node)
+                .expect("child");
+            if c > 0 {
+                p.key[c] = p.key[c].min(key);
+                return;
+            }
+            node = parent;
+            height += 1;
+        }
+    }
+
+    /// Splits a full leaf in two; returns the new right half, linked in.
+    fn split_leaf(&mut self, leaf: u32) -> u32 {
+        let h = B / 2;
+        let l = &mut self.leaves[leaf as usize];
+        let mut r = l.clone();
+        r.n = B - h;
+        r.start.copy_within(h..B, 0);
+        r.end.copy_within(h..B, 0);
+        r.prev_end = l.end[h - 1];
+        l.n = h;
+        let key = r.start[0];
+        let parent = l.parent;
+        let right = Self::take(&mut self.leaves, &mut self.free_leaves, r);
+        self.leaves[leaf as usize].next = right;
+        self.attach(leaf, right, 0, key, parent);
+        self.update_gaps(leaf, 0);
+        self.update_gaps(right, 0);
+        right
+    }
+
+    fn take<T>(v: &mut Vec<T>, free: &mut Vec<u32>, x: T) -> u32 {
+        match free.pop() {
+            Some(i) => {
+                v[i as usize] = x;
+                i
+            }
+            None => {
+                v.push(x);
+                (v.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Links `right` (at `height`, first key `key`) into `parent` after
+    /// `left`, splitting parents and growing the root as needed.
+    fn attach(&mut self, left: u32, right: u32, height: usize, key: u64, parent: u32) {
+        if parent == NONE {
+            let mut root = Inner {
+                n: 2,
+                child: [NONE; B],
+                key: [0; B],
+                gap: [0; B],
+                parent: NONE,
+            };
+            root.child[0] = left;
+            root.child[1] = right;
+            root.key[1] = key;
+            let r = Self::take(&mut self.inners, &mut self.free_inners, root);
+            self.set_parent(left, height, r);
+            self.set_parent(right, height, r);
+            self.root = r;
+            self.height = height + 1;
+            // Both gaps are filled in by the caller's `update_gaps`.
+            return;
+        }
+        let mut p = parent;
+        let mut pos = {
+            let n = &self.inners[p as usize];
+            n.child[..n.n]
+                .iter()
+                .position(|&x| x == left)
+                .expect("child")
+                + 1
+        };
+        if self.inners[p as usize].n == B {
+            let q = self.split_inner(p, height + 1);
+            // At `B / 2` exactly, `right` ends `p` rather than starting `q`,
+            // whose separator is already set above.
+            if pos > B / 2 {
+                p = q;
+                pos -= B / 2;
+            }
+        }
+        let n = &mut self.inners[p as usize];
+        n.child.copy_within(pos..n.n, pos + 1);
+        n.key.copy_within(pos..n.n, pos + 1);
+        n.gap.copy_within(pos..n.n, pos + 1);
+        n.child[pos] = right;
+        n.key[pos] = key;
+        n.gap[pos] = 0;
+        n.n += 1;
+        self.set_parent(right, height, p);
+    }
+
+    /// Splits a full inner node at `height`; returns the new right half.
+    fn split_inner(&mut self, node: u32, height: usize) -> u32 {
+        let h = B / 2;
+        let n = &mut self.inners[node as usize];
+        let mut r = n.clone();
+        r.n = B - h;
+        r.child.copy_within(h..B, 0);
+        r.key.copy_within(h..B, 0);
+        r.gap.copy_within(h..B, 0);
+        r.gap[B - h..].fill(0);
+        n.gap[h..].fill(0);
+        n.n = h;
+        let key = r.key[0];
+        let parent = n.parent;
+        let right = Self::take(&mut self.inners, &mut self.free_inners, r);
+        for c in 0..B - h {
+            let child = self.inners[right as usize].child[c];
+            self.set_parent(child, height - 1, right);
+        }
+        self.attach(node, right, height, key, parent);
+        self.update_gaps(node, height);
+        self.update_gaps(right, height);
+        right
+    }
+
+    /// Removes the record at `s` (never the sentinel).
+    pub(super) fn remove(&mut self, s: Slot) {
+        let Slot { leaf, i } = s;
+        let l = &mut self.leaves[leaf as usize];
+        l.start.copy_within(i + 1..l.n, i);
+        l.end.copy_within(i + 1..l.n, i);
+        l.n -= 1;
+        let (n, next) = (l.n, l.next);
+        if i == n {
+            // The leaf's last record went: the next leaf's first gap grew.
+            let last = if n > 0 { l.end[n - 1] } else { l.prev_end };
+            self.leaves[next as usize].prev_end = last;
+            self.update_gaps(next, 0);
+        }
+        if n == 0 {
+            self.unlink(leaf, 0);
+        } else {
+            self.update_gaps(leaf, 0);
+        }
+    }
+
+    /// Unlinks an empty node (never the last leaf: it holds the sentinel).
+    fn unlink(&mut self, node: u32, height: usize) {
+        if height == 0 {
+            // The leaf before points past it.
+            let prev = self.prev_leaf(node);
+            let next = self.leaves[node as usize].next;
+            if prev != NONE {
+                self.leaves[prev as usize].next = next;
+            }
+            self.free_leaves.push(node);
+        } else {
+            self.free_inners.push(node);
+        }
+        let parent = self.parent(node, height);
+        let p = &mut self.inners[parent as usize];
+        let c = p.child[..p.n]
+            .iter()
+            .position(|&x| x == node)
+            .expect("child");
+        p.child.copy_within(c + 1..p.n, c);
+        p.key.copy_within(c + 1..p.n, c);
+        p.gap.copy_within(c + 1..p.n, c);
+        p.n -= 1;
+        p.gap[p.n] = 0;
+        let left = p.n;
+        if left == 0 {
+            self.unlink(parent, height + 1);
+        } else {
+            self.update_gaps(parent, height + 1);
+            // A root with one child: the child is the root (and so on down,
+            // as thinned-out nodes are not merged).
+            while self.height > 0 && self.inners[self.root as usize].n == 1 {
+                let old = self.root;
+                self.root = self.inners[old as usize].child[0];
+                self.free_inners.push(old);
+                self.height -= 1;
+                self.set_parent(self.root, self.height, NONE);
+            }
+        }
+    }
+
+    /// The leaf before `leaf` in address order, or `NONE`.
+    pub(super) fn prev_leaf(&self, leaf: u32) -> u32 {
+        // Walk up until `leaf`'s ancestor has a left sibling, then down its
+        // rightmost edge.
+        let (mut node, mut height) = (leaf, 0);
+        loop {
+            let parent = self.parent(node, height);
+            if parent == NONE {
+                return NONE;
+            }
+            let p = &self.inners[parent as usize];
+            let c = p.child[..p.n]
+                .iter()
+                .position(|&x| x == node)
+                .expect("child");
+            if c > 0 {
+                let mut down = p.child[c - 1];
+                for _ in 0..height {
+                    let n = &self.inners[down as usize];
+                    down = n.child[n.n - 1];
+                }
+                return down;
+            }
+            node = parent;
+            height += 1;
+        }
+    }
+}

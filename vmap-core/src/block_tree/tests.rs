@@ -1,0 +1,262 @@
+//! `BlockTree`'s own checks: its invariants after every kind of change,
+//! and its placement against a sorted list searched gap by gap.
+
+use super::*;
+use std::vec::Vec;
+
+const PAGE: u64 = 4096;
+
+impl BlockTree {
+    /// Every invariant: leaf chain in address order and complete,
+    /// `prev_end`s, separators, parent links, gaps, counts.
+    fn check(&self) {
+        let mut leaves = Vec::new();
+        self.collect(self.root, self.height, NONE, &mut leaves);
+        let mut leaf = self.first_leaf();
+        let mut prev_end = self.start;
+        let mut i = 0;
+        while leaf != NONE {
+            assert_eq!(leaf, leaves[i], "the chain follows the tree");
+            let l = &self.leaves[leaf as usize];
+            assert!(l.n > 0, "no empty leaf stays linked");
+            assert_eq!(l.prev_end, prev_end, "leaf {leaf}");
+            for k in 0..l.n {
+                assert!(l.start[k] >= prev_end && l.end[k] >= l.start[k]);
+                prev_end = l.end[k];
+            }
+            leaf = l.next;
+            i += 1;
+        }
+        assert_eq!(i, leaves.len());
+        assert_eq!(prev_end, self.end, "the sentinel ends the chain");
+        assert_eq!(self.areas().len(), self.areas);
+    }
+
+    /// Checks the subtree at `node`; returns (largest gap, lowest start,
+    /// highest start) and appends its leaves.
+    fn collect(
+        &self,
+        node: u32,
+        height: usize,
+        parent: u32,
+        out: &mut Vec<u32>,
+    ) -> (u64, u64, u64) {
+        assert_eq!(self.parent(node, height), parent);
+        if height == 0 {
+            out.push(node);
+            let l = &self.leaves[node as usize];
+            return (self.leaf_gap(node), l.start[0], l.start[l.n - 1]);
+        }
+        let n = &self.inners[node as usize];
+        assert!(n.n >= 1 && (node != self.root || n.n >= 2));
+        assert!(
+            n.gap[n.n..].iter().all(|&g| g == 0),
+            "unused gaps of {node}"
+        );
+        let (mut gap, mut lo, mut hi) = (0, u64::MAX, 0);
+        for c in 0..n.n {
+            let (g, l, h) = self.collect(n.child[c], height - 1, node, out);
+            assert_eq!(n.gap[c], g, "gap of child {c} of {node}");
+            if c > 0 {
+                assert!(n.key[c] <= l && n.key[c] > hi, "separator {c} of {node}");
+            }
+            gap = gap.max(g);
+            lo = lo.min(l);
+            hi = hi.max(h);
+        }
+        (gap, lo, hi)
+    }
+}
+
+/// The same space as a sorted list, searched one gap at a time.
+struct Model {
+    start: u64,
+    end: u64,
+    areas: Vec<(u64, u64)>,
+}
+
+impl Model {
+    fn alloc(&mut self, size: u64, align: u64) -> Option<u64> {
+        let mut prev = self.start;
+        for i in 0..=self.areas.len() {
+            let next = self.areas.get(i).map_or(self.end, |a| a.0);
+            let a = prev.next_multiple_of(align);
+            if a + size <= next {
+                self.areas.insert(i, (a, a + size));
+                return Some(a);
+            }
+            prev = self.areas.get(i).map_or(prev, |a| a.1);
+        }
+        None
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "no unsafe code to check, and minutes under miri")]
+fn matches_a_sorted_list_through_splits_and_unlinks() {
+    // Enough live areas for two levels of inner nodes natively.
+    let (ops, check_every, most) = (20_000, 211, 1500usize);
+    for seed in 1..=3u64 {
+        let (start, end) = (16 * PAGE, 16 * PAGE + 12 * most as u64 * PAGE);
+        let mut t = BlockTree::new(start, end).unwrap();
+        let mut m = Model {
+            start,
+            end,
+            areas: Vec::new(),
+        };
+        let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut live = Vec::new();
+        for op in 0..ops {
+            // Grow to `most` areas, then hold there, as the aged workload.
+            let grow = live.len() < most / 3 || (live.len() < most && r.next() % 3 != 0);
+            if grow || r.next() % 2 == 0 {
+                let size = (r.next() % 16 + 1) * PAGE;
+                let align = PAGE << (r.next() % 8).saturating_sub(4);
+                let got = t.alloc(size, align).ok();
+                assert_eq!(
+                    got,
+                    m.alloc(size, align),
+                    "op {op}: alloc {size:#x} align {align:#x}"
+                );
+                if let Some(a) = got {
+                    live.push((a, size));
+                }
+            } else if !live.is_empty() {
+                let (a, size) = live.swap_remove((r.next() % live.len() as u64) as usize);
+                assert_eq!(t.free(a), Ok(size));
+                let k = m.areas.iter().position(|x| x.0 == a).unwrap();
+                m.areas.remove(k);
+            }
+            if op % check_every == 0 {
+                t.check();
+                assert_eq!(t.areas(), m.areas);
+            }
+        }
+        t.check();
+        while let Some((a, size)) = live.pop() {
+            assert_eq!(t.free(a), Ok(size));
+        }
+        t.check();
+        assert!(t.is_empty());
+        assert_eq!(t.height, 0, "every split is undone once the space empties");
+    }
+}
+
+/// Growth splits only the rightmost nodes; here every leaf in turn
+/// takes one more record than it had, so leaves and inner nodes split
+/// in the middle of the tree, at every position.
+#[test]
+#[cfg_attr(miri, ignore = "no unsafe code to check, and minutes under miri")]
+fn splits_in_the_middle_keep_separators_and_gaps() {
+    let n = 1000;
+    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    let mut m = Model {
+        start: 0,
+        end: 1 << 40,
+        areas: Vec::new(),
+    };
+    let mut starts: Vec<u64> = (0..n)
+        .map(|_| {
+            let a = t.alloc(4 * PAGE, PAGE).unwrap();
+            assert_eq!(m.alloc(4 * PAGE, PAGE), Some(a));
+            a
+        })
+        .collect();
+    // Each pass halves every area (one record becomes two), so every
+    // node doubles and splits wherever it sits.
+    for (k, size) in [2 * PAGE, PAGE].into_iter().enumerate() {
+        let mut halves = Vec::new();
+        for &a in &starts {
+            assert_eq!(t.free(a), Ok(2 * size));
+            m.areas.retain(|x| x.0 != a);
+            for _ in 0..2 {
+                let got = t.alloc(size, PAGE).unwrap();
+                assert_eq!(Some(got), m.alloc(size, PAGE));
+                halves.push(got);
+            }
+            if halves.len() % 194 == 0 {
+                t.check();
+            }
+        }
+        t.check();
+        assert_eq!(t.areas(), m.areas, "pass {k}");
+        starts = halves;
+    }
+    assert!(t.height >= 2, "inner nodes split too");
+}
+
+/// A full inner node whose middle child splits: the new child ends the
+/// left half (the right half's separator is already in the parent).
+#[test]
+fn a_split_at_the_middle_of_a_full_inner_node() {
+    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    while !(t.height == 1 && t.inners[t.root as usize].n == B) {
+        t.alloc(4 * PAGE, PAGE).unwrap();
+    }
+    let middle = t.inners[t.root as usize].child[B / 2 - 1];
+    // Halve the middle leaf's records until it splits.
+    while t.height == 1 {
+        let l = &t.leaves[middle as usize];
+        let i = (0..l.n).find(|&i| l.end[i] - l.start[i] > PAGE).unwrap();
+        let size = t.free(l.start[i]).unwrap();
+        t.alloc(size / 2, PAGE).unwrap();
+        t.alloc(size / 2, PAGE).unwrap();
+        t.check();
+    }
+    let root = &t.inners[t.root as usize];
+    assert_eq!(
+        t.inners[root.child[0] as usize].n,
+        B / 2 + 1,
+        "the new leaf ends the left half"
+    );
+    let want: Vec<u64> = t.areas().iter().map(|a| a.0).collect();
+    for a in want {
+        assert_eq!(t.find_area(a).map(|x| x.0), Some(a));
+    }
+}
+
+#[test]
+fn finds_the_area_around_an_address_and_refuses_bad_frees() {
+    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    let mut starts = Vec::new();
+    for k in 0..200u64 {
+        let a = t.alloc((k % 5 + 1) * PAGE, PAGE).unwrap();
+        starts.push(a);
+    }
+    // Free every other one: holes, and leaves that lose their first record.
+    for &a in starts.iter().step_by(2) {
+        t.free(a).unwrap();
+    }
+    t.check();
+    for (k, &a) in starts.iter().enumerate() {
+        let size = (k as u64 % 5 + 1) * PAGE;
+        let want = (k % 2 == 1).then_some((a, a + size));
+        assert_eq!(t.find_area(a), want);
+        assert_eq!(t.find_area(a + size - 1), want);
+    }
+    assert_eq!(t.free(starts[0]), Err(BlockTreeError::NotFound(starts[0])));
+    assert_eq!(
+        t.free(starts[1] + PAGE),
+        Err(BlockTreeError::NotFound(starts[1] + PAGE))
+    );
+    assert_eq!(t.free(1 << 40), Err(BlockTreeError::NotFound(1 << 40)));
+    assert_eq!(t.alloc(0, PAGE), Err(BlockTreeError::BadArgument));
+    assert_eq!(t.alloc(PAGE, 3), Err(BlockTreeError::BadArgument));
+    assert_eq!(t.alloc(1 << 41, PAGE), Err(BlockTreeError::NoSpace));
+    assert_eq!(
+        t.alloc(u64::MAX - PAGE, 1 << 63),
+        Err(BlockTreeError::NoSpace)
+    );
+    assert!(BlockTree::new(5, 5).is_err());
+    t.check();
+}

@@ -6,6 +6,14 @@
 use super::{B, BlockTree, Inner, NONE, Slot};
 use alloc::vec::Vec;
 
+impl Inner {
+    /// Which child `node` is: the tree's parent links say it is one.
+    fn slot_of(&self, node: u32) -> usize {
+        let slot = self.child[..self.n].iter().position(|&x| x == node);
+        slot.expect("a node is a child of its parent")
+    }
+}
+
 impl BlockTree {
     /// Re-derives the largest gap of `node` (at `height`) in its parent and
     /// up, stopping where nothing changes.
@@ -17,15 +25,10 @@ impl BlockTree {
             n.max_gap()
         };
         loop {
-            let parent = self.parent(node, height);
-            if parent == NONE {
+            let Some((parent, c)) = self.up(node, height) else {
                 return;
-            }
+            };
             let p = &mut self.inners[parent as usize];
-            let c = p.child[..p.n]
-                .iter()
-                .position(|&x| x == node)
-                .expect("child");
             if p.gap[c] == gap {
                 return;
             }
@@ -34,6 +37,12 @@ impl BlockTree {
             node = parent;
             height += 1;
         }
+    }
+
+    /// `node`'s parent and which child of it `node` is; `None` at the root.
+    fn up(&self, node: u32, height: usize) -> Option<(u32, usize)> {
+        let parent = self.parent(node, height);
+        (parent != NONE).then(|| (parent, self.inners[parent as usize].slot_of(node)))
     }
 
     pub(super) fn parent(&self, node: u32, height: usize) -> u32 {
@@ -78,15 +87,10 @@ impl BlockTree {
     fn lower_key(&mut self, mut node: u32, key: u64) {
         let mut height = 0;
         loop {
-            let parent = self.parent(node, height);
-            if parent == NONE {
+            let Some((parent, c)) = self.up(node, height) else {
                 return;
-            }
+            };
             let p = &mut self.inners[parent as usize];
-            let c = p.child[..p.n]
-                .iter()
-                .position(|&x| x == node)
-                .expect("child");
             if c > 0 {
                 p.key[c] = p.key[c].min(key);
                 return;
@@ -154,11 +158,7 @@ impl BlockTree {
         let mut p = parent;
         let mut pos = {
             let n = &self.inners[p as usize];
-            n.child[..n.n]
-                .iter()
-                .position(|&x| x == left)
-                .expect("child")
-                + 1
+            n.slot_of(left) + 1
         };
         if self.inners[p as usize].n == B {
             let q = self.split_inner(p, height + 1);
@@ -241,10 +241,7 @@ impl BlockTree {
         }
         let parent = self.parent(node, height);
         let p = &mut self.inners[parent as usize];
-        let c = p.child[..p.n]
-            .iter()
-            .position(|&x| x == node)
-            .expect("child");
+        let c = p.slot_of(node);
         p.child.copy_within(c + 1..p.n, c);
         p.key.copy_within(c + 1..p.n, c);
         p.gap.copy_within(c + 1..p.n, c);
@@ -273,15 +270,10 @@ impl BlockTree {
         // rightmost edge.
         let (mut node, mut height) = (leaf, 0);
         loop {
-            let parent = self.parent(node, height);
-            if parent == NONE {
+            let Some((parent, c)) = self.up(node, height) else {
                 return NONE;
-            }
+            };
             let p = &self.inners[parent as usize];
-            let c = p.child[..p.n]
-                .iter()
-                .position(|&x| x == node)
-                .expect("child");
             if c > 0 {
                 let mut down = p.child[c - 1];
                 for _ in 0..height {

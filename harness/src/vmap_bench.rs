@@ -82,7 +82,7 @@ pub enum Allocator {
     VmapCoreSharded,
     /// vmap-core's `BlockTree` prototype (issue 20): busy areas in one
     /// B+tree, the free blocks the gaps between them; not yet under
-    /// `VmapSpace` (no lock, no node source, no `AllocRequest` bounds).
+    /// `VmapSpace` (no lock, nodes from a `Vec`).
     #[value(name = "vmap-core-blocktree")]
     VmapCoreBlockTree,
     /// rust-vmm's vm-allocator (interval tree, first match).
@@ -415,8 +415,8 @@ fn build<V: Visit>(a: Allocator, capacity: u64, v: V) -> Result<V::Out, String> 
             .map_err(|e| e.to_string())?,
         )),
         Allocator::VmapCoreBlockTree => v.visit(Blocks(
-            vmap_core::block_tree::BlockTree::new(VSTART, VSTART + VSIZE)
-                .map_err(|e| format!("{e:?}"))?,
+            vmap_core::block_tree::BlockTree::new(VSTART, VSTART + VSIZE, PAGE)
+                .map_err(|e| e.to_string())?,
         )),
         Allocator::VmAllocator => v.visit(VmAlloc(
             vm_allocator::AddressAllocator::new(VSTART, VSIZE).map_err(|e| e.to_string())?,

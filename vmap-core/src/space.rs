@@ -13,6 +13,30 @@ use crate::request::AllocRequest;
 use crate::stats::VmapStats;
 use crate::tree::Tree;
 
+/// The errors of a space's constructor: `page_size` a power of two, `start`
+/// and `end` multiples of it, `start < end`.
+pub(crate) fn check_space(start: u64, end: u64, page_size: u64) -> Result<(), VmapError> {
+    if !page_size.is_power_of_two() {
+        return Err(VmapError::BadPageSize { page_size });
+    }
+    for (what, value) in [("start", start), ("end", end)] {
+        if value & (page_size - 1) != 0 {
+            return Err(VmapError::NotPageMultiple {
+                what,
+                value,
+                page_size,
+            });
+        }
+    }
+    if start >= end {
+        return Err(VmapError::EmptyRange {
+            vstart: start,
+            vend: end,
+        });
+    }
+    Ok(())
+}
+
 /// A busy area `[va_start, va_end)` (Linux's `struct vmap_area`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmapArea {
@@ -59,24 +83,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// of two; `start` and `end` multiples of it), drawing nodes from `src`.
     pub fn new(start: VirtAddr, end: VirtAddr, page_size: u64, src: S) -> Result<Self, VmapError> {
         let (start, end) = (start.as_u64(), end.as_u64());
-        if !page_size.is_power_of_two() {
-            return Err(VmapError::BadPageSize { page_size });
-        }
-        for (what, value) in [("start", start), ("end", end)] {
-            if value & (page_size - 1) != 0 {
-                return Err(VmapError::NotPageMultiple {
-                    what,
-                    value,
-                    page_size,
-                });
-            }
-        }
-        if start >= end {
-            return Err(VmapError::EmptyRange {
-                vstart: start,
-                vend: end,
-            });
-        }
+        check_space(start, end, page_size)?;
         let mut src = NodeTable::new(src);
         let policy = P::init(&mut src, start, end)?;
         Ok(Self {

@@ -1,13 +1,15 @@
 //! Differential test: random sequences that change size, align, phase,
 //! nocross, vstart and vend between calls (the class that crashed boots in
 //! 2010), exact-address requests, frees in random order, bogus and double
-//! frees. The four policies must return identical results, and agree with
-//! the brute-force reference model. 8 x 125 000 = 1 000 000 operations per
+//! frees. The four policies, and the `BlockTree` prototype (issue 20: one
+//! B+tree in place of the busy and free trees), must return identical
+//! results, and agree with the brute-force reference model. 8 x 125 000 = 1 000 000 operations per
 //! optimised run (the release row); scaled down unoptimised and under miri.
 
 mod common;
 
 use common::{Reference, Req, Rng, span};
+use vmap_core::block_tree::BlockTree;
 use vmap_core::{
     AllocRequest, Augmented, BTree, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
     VmapError, VmapSpace,
@@ -101,6 +103,7 @@ fn run(seed: u64, ops: usize) {
     let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut bt = space::<BTree>();
+    let mut blk = BlockTree::new(BASE, BASE + PAGES * P, P).unwrap();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     let mut freed: Vec<u64> = Vec::new();
     for op in 0..ops {
@@ -118,6 +121,7 @@ fn run(seed: u64, ops: usize) {
             for g in got {
                 assert_eq!(g, want, "seed {seed} op {op}: {r:?}");
             }
+            assert_eq!(blk.alloc_request(&q), want, "seed {seed} op {op}: {r:?}");
         } else if roll < 93 {
             let k = rng.below(reference.busy.len() as u64) as usize;
             let addr = reference.busy[k].0;
@@ -147,6 +151,7 @@ fn run(seed: u64, ops: usize) {
             for g in got {
                 assert_eq!(g.map(|x| span(&x)), Ok(want), "seed {seed} op {op}");
             }
+            assert_eq!(blk.free(addr), Ok(want.1 - want.0), "seed {seed} op {op}");
             freed.push(addr);
         } else if roll < 97 {
             // Double free or unknown address: NotFound, state unchanged.
@@ -167,6 +172,7 @@ fn run(seed: u64, ops: usize) {
                 ] {
                     assert_eq!(g.map(|x| span(&x)), Ok(w));
                 }
+                assert_eq!(blk.free(addr), Ok(w.1 - w.0));
             } else {
                 let a = VirtAddr::new(addr);
                 for g in [
@@ -177,6 +183,7 @@ fn run(seed: u64, ops: usize) {
                 ] {
                     assert_eq!(g, Err(VmapError::NotFound { addr }), "seed {seed} op {op}");
                 }
+                assert_eq!(blk.free(addr), Err(VmapError::NotFound { addr }));
             }
         } else {
             let addr = BASE + rng.below(PAGES * P);
@@ -185,6 +192,7 @@ fn run(seed: u64, ops: usize) {
             for g in [lin.find(a), fac.find(a), aug.find(a), bt.find(a)] {
                 assert_eq!(g.map(|x| span(&x)), want);
             }
+            assert_eq!(blk.find_area(addr), want);
         }
         if op % CHECK_EVERY == 0 {
             lin.check_invariants().unwrap();
@@ -193,6 +201,7 @@ fn run(seed: u64, ops: usize) {
             bt.check_invariants().unwrap();
             let live: Vec<_> = aug.iter().map(|a| span(&a)).collect();
             assert_eq!(live, reference.busy);
+            assert_eq!(blk.areas(), reference.busy);
             assert_eq!(lin.iter().count(), live.len());
         }
     }
@@ -203,7 +212,10 @@ fn run(seed: u64, ops: usize) {
         fac.free(a).unwrap();
         aug.free(a).unwrap();
         bt.free(a).unwrap();
+        blk.free(s).unwrap();
     }
+    assert!(blk.is_empty());
+    assert_eq!(blk.alloc(PAGES * P, P), Ok(BASE));
     assert_eq!(lin.nodes_in_use(), 0);
     assert_eq!(fac.nodes_in_use(), 0);
     assert_eq!(aug.nodes_in_use(), 1);

@@ -21,11 +21,17 @@
 //!
 //! Behind the `testing` feature while it is a prototype: measured in
 //! BENCHMARKS.md (session 23) with `harness vmap-bench --pattern aged
-//! --allocator vmap-core-blocktree`. What `VmapSpace` needs before it can
-//! run on it: `AllocRequest`'s bounds, `phase`, `nocross` and exact
-//! addresses; nodes from a `NodeSource` (it allocates from a `Vec`);
-//! stats; the sharded front's parked areas.
+//! --allocator vmap-core-blocktree`. It takes [`AllocRequest`]s (bounds,
+//! `phase`, `nocross`, exact addresses) with `VmapSpace`'s errors and
+//! placement (vmap-core's differential test runs it beside the four
+//! policies). What `VmapSpace` needs before it can run on it: nodes from
+//! a `NodeSource` (it grows a `Vec`), so that it builds without `alloc`;
+//! stats; the sharded front's parked areas; `VmapArea`'s node id.
 
+use crate::VirtAddr;
+use crate::error::VmapError;
+use crate::request::{AllocRequest, Fit};
+use crate::space::check_space;
 use alloc::vec::Vec;
 
 mod shape;
@@ -91,15 +97,21 @@ struct Slot {
 ///
 /// ```
 /// use vmap_core::block_tree::BlockTree;
+/// use vmap_core::{AllocRequest, VirtAddr, VmapError};
 ///
 /// const PAGE: u64 = 4096;
-/// let mut t = BlockTree::new(0x1000_0000, 0x2000_0000).unwrap();
-/// let a = t.alloc(4 * PAGE, PAGE).unwrap();
-/// let b = t.alloc(PAGE, PAGE).unwrap();
+/// let mut t = BlockTree::new(0x1000_0000, 0x2000_0000, PAGE)?;
+/// let a = t.alloc(4 * PAGE, PAGE)?;
+/// let b = t.alloc(PAGE, PAGE)?;
 /// assert_eq!((a, b), (0x1000_0000, a + 4 * PAGE)); // lowest fit first
 /// assert_eq!(t.free(a), Ok(4 * PAGE));
 /// assert_eq!(t.alloc(2 * PAGE, 2 * PAGE), Ok(a)); // the hole, aligned
 /// assert_eq!(t.find_area(b + 5), Some((b, b + PAGE)));
+/// // The vmem constraints, as `VmapSpace::alloc_request` takes them.
+/// let q = AllocRequest::exact(VirtAddr::new(b + PAGE), PAGE, PAGE);
+/// assert_eq!(t.alloc_request(&q), Ok(b + PAGE));
+/// assert!(matches!(t.alloc_request(&q), Err(VmapError::NoSpace { .. })));
+/// # Ok::<(), VmapError>(())
 /// ```
 pub struct BlockTree {
     leaves: Vec<Leaf>,
@@ -111,27 +123,15 @@ pub struct BlockTree {
     height: usize,
     start: u64,
     end: u64,
+    page_size: u64,
     areas: usize,
 }
 
-/// Why an operation was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockTreeError {
-    /// `[start, end)` is empty, or an alignment is not a power of two, or a
-    /// size is zero.
-    BadArgument,
-    /// No gap holds the request.
-    NoSpace,
-    /// No busy area starts at this address.
-    NotFound(u64),
-}
-
 impl BlockTree {
-    /// An empty space `[start, end)`.
-    pub fn new(start: u64, end: u64) -> Result<Self, BlockTreeError> {
-        if start >= end {
-            return Err(BlockTreeError::BadArgument);
-        }
+    /// An empty space `[start, end)` of pages of `page_size` bytes (the
+    /// errors of [`VmapSpace::new`](crate::VmapSpace::new)).
+    pub fn new(start: u64, end: u64, page_size: u64) -> Result<Self, VmapError> {
+        check_space(start, end, page_size)?;
         // A zero-length sentinel at `end` makes the gap after the last area
         // the gap before it, so every gap belongs to a record.
         let mut leaf = Leaf {
@@ -153,6 +153,7 @@ impl BlockTree {
             height: 0,
             start,
             end,
+            page_size,
             areas: 0,
         })
     }
@@ -178,15 +179,27 @@ impl BlockTree {
     }
 
     /// Allocates `size` bytes at the lowest address that is a multiple of
-    /// `align` (a power of two) and fits; returns the address.
-    pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, BlockTreeError> {
-        if size == 0 || !align.is_power_of_two() {
-            return Err(BlockTreeError::BadArgument);
-        }
+    /// `align` and fits anywhere in the space; returns the address.
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, VmapError> {
+        let (s, e) = (VirtAddr::new(self.start), VirtAddr::new(self.end));
+        self.alloc_request(&AllocRequest::new(size, align, s, e))
+    }
+
+    /// Allocates what `req` asks for (bounds, `phase`, `nocross`, an exact
+    /// address) at the lowest address that satisfies it, with the errors
+    /// and the placement of [`VmapSpace::alloc_request`](crate::VmapSpace::alloc_request).
+    pub fn alloc_request(&mut self, req: &AllocRequest) -> Result<u64, VmapError> {
+        let fit = req.validate(self.start, self.end, self.page_size)?;
+        let size = fit.size;
         let mut path = Path::default();
-        let (s, a, gap) = self
-            .find(&mut path, size, align)
-            .ok_or(BlockTreeError::NoSpace)?;
+        let whole =
+            fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
+        let found = if whole {
+            self.find::<true>(&mut path, &fit)
+        } else {
+            self.find::<false>(&mut path, &fit)
+        };
+        let (s, a, gap) = found.ok_or_else(|| fit.no_space())?;
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
             self.insert(s, a, a + size);
@@ -215,13 +228,13 @@ impl BlockTree {
     }
 
     /// Frees the area starting at `addr`; returns its size.
-    pub fn free(&mut self, addr: u64) -> Result<u64, BlockTreeError> {
+    pub fn free(&mut self, addr: u64) -> Result<u64, VmapError> {
         let mut path = Path::default();
         let leaf = self.descend(&mut path, addr);
         let l = &self.leaves[leaf as usize];
         let i = l.start[..l.n].partition_point(|&s| s < addr);
         if i == l.n || l.start[i] != addr || addr == self.end {
-            return Err(BlockTreeError::NotFound(addr));
+            return Err(VmapError::NotFound { addr });
         }
         let size = l.end[i] - addr;
         if l.n == 1 {
@@ -266,30 +279,64 @@ impl BlockTree {
 
     /// Lowest fit: the slot before which it goes, its address and the gap
     /// it goes into; `path` is left holding the way down. Subtrees whose
-    /// largest gap is too small are not entered; one whose gaps alignment
-    /// rules out is left for its next sibling.
-    fn find(&self, path: &mut Path, size: u64, align: u64) -> Option<(Slot, u64, u64)> {
+    /// largest gap is too small, or that lie wholly outside `[vstart,
+    /// vend)`, are not entered; one whose gaps the constraints rule out is
+    /// left for its next sibling. `WHOLE`: a plain request (size and
+    /// alignment) over the whole space, the common case, with no bounds to
+    /// test.
+    fn find<const WHOLE: bool>(&self, path: &mut Path, fit: &Fit) -> Option<(Slot, u64, u64)> {
+        let (size, vstart, vend) = (fit.size, fit.vstart, fit.vend);
         let (mut node, mut k, mut from) = (self.root, 0, 0);
         loop {
             if k == self.height {
                 let l = &self.leaves[node as usize];
                 let mut prev = l.prev_end;
                 for i in 0..l.n {
-                    if l.start[i] - prev < size {
-                        prev = l.end[i];
+                    let (gs, ge) = (prev, l.start[i]);
+                    prev = l.end[i];
+                    if ge - gs < size {
                         continue;
                     }
-                    let a = prev.checked_add(align - 1).map(|x| x & !(align - 1));
-                    if let Some(a) =
-                        a.filter(|a| a.checked_add(size).is_some_and(|e| e <= l.start[i]))
-                    {
-                        return Some((Slot { leaf: node, i }, a, l.start[i] - prev));
+                    let a = if WHOLE {
+                        let align = fit.align;
+                        gs.checked_add(align - 1)
+                            .map(|x| x & !(align - 1))
+                            .filter(|a| a.checked_add(size).is_some_and(|e| e <= ge))
+                    } else if ge <= vstart {
+                        continue;
+                    } else if gs >= vend {
+                        break;
+                    } else {
+                        fit.fit_in(gs, ge)
+                    };
+                    if let Some(a) = a {
+                        return Some((Slot { leaf: node, i }, a, ge - gs));
                     }
-                    prev = l.end[i];
                 }
             } else {
+                // Child `c` holds the gaps before starts in `[key[c],
+                // key[c + 1])`: none reaches past `vstart` if `key[c + 1] <=
+                // vstart`; the first child whose `key[c] >= vend` is the
+                // last whose first gap may still begin below `vend`.
                 let n = &self.inners[node as usize];
-                if let Some(c) = (from..n.n).find(|&c| n.gap[c] >= size) {
+                let mut found = None;
+                for c in from..n.n {
+                    if WHOLE {
+                        if n.gap[c] >= size {
+                            found = Some(c);
+                            break;
+                        }
+                        continue;
+                    }
+                    if c >= 2 && n.key[c - 1] >= vend {
+                        break;
+                    }
+                    if n.gap[c] >= size && (c + 1 == n.n || n.key[c + 1] > vstart) {
+                        found = Some(c);
+                        break;
+                    }
+                }
+                if let Some(c) = found {
                     path.node[k] = node;
                     path.pos[k] = c as u8;
                     (node, k, from) = (n.child[c], k + 1, 0);

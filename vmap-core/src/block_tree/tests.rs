@@ -2,6 +2,7 @@
 //! and its placement against a sorted list searched gap by gap.
 
 use super::*;
+use crate::VmapError;
 use std::vec::Vec;
 
 const PAGE: u64 = 4096;
@@ -108,7 +109,7 @@ fn matches_a_sorted_list_through_splits_and_unlinks() {
     let (ops, check_every, most) = (20_000, 211, 1500usize);
     for seed in 1..=3u64 {
         let (start, end) = (16 * PAGE, 16 * PAGE + 12 * most as u64 * PAGE);
-        let mut t = BlockTree::new(start, end).unwrap();
+        let mut t = BlockTree::new(start, end, PAGE).unwrap();
         let mut m = Model {
             start,
             end,
@@ -159,7 +160,7 @@ fn matches_a_sorted_list_through_splits_and_unlinks() {
 #[cfg_attr(miri, ignore = "no unsafe code to check, and minutes under miri")]
 fn splits_in_the_middle_keep_separators_and_gaps() {
     let n = 1000;
-    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    let mut t = BlockTree::new(0, 1 << 40, PAGE).unwrap();
     let mut m = Model {
         start: 0,
         end: 1 << 40,
@@ -199,7 +200,7 @@ fn splits_in_the_middle_keep_separators_and_gaps() {
 /// left half (the right half's separator is already in the parent).
 #[test]
 fn a_split_at_the_middle_of_a_full_inner_node() {
-    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    let mut t = BlockTree::new(0, 1 << 40, PAGE).unwrap();
     while !(t.height == 1 && t.inners[t.root as usize].n == B) {
         t.alloc(4 * PAGE, PAGE).unwrap();
     }
@@ -227,7 +228,7 @@ fn a_split_at_the_middle_of_a_full_inner_node() {
 
 #[test]
 fn finds_the_area_around_an_address_and_refuses_bad_frees() {
-    let mut t = BlockTree::new(0, 1 << 40).unwrap();
+    let mut t = BlockTree::new(0, 1 << 40, PAGE).unwrap();
     let mut starts = Vec::new();
     for k in 0..200u64 {
         let a = t.alloc((k % 5 + 1) * PAGE, PAGE).unwrap();
@@ -244,19 +245,31 @@ fn finds_the_area_around_an_address_and_refuses_bad_frees() {
         assert_eq!(t.find_area(a), want);
         assert_eq!(t.find_area(a + size - 1), want);
     }
-    assert_eq!(t.free(starts[0]), Err(BlockTreeError::NotFound(starts[0])));
+    let gone = |addr| Err(VmapError::NotFound { addr });
+    assert_eq!(t.free(starts[0]), gone(starts[0]));
+    assert_eq!(t.free(starts[1] + PAGE), gone(starts[1] + PAGE));
+    assert_eq!(t.free(1 << 40), gone(1 << 40));
+    // The request errors are VmapSpace's.
+    assert_eq!(t.alloc(0, PAGE), Err(VmapError::ZeroSize));
     assert_eq!(
-        t.free(starts[1] + PAGE),
-        Err(BlockTreeError::NotFound(starts[1] + PAGE))
+        t.alloc(PAGE, 3 * PAGE),
+        Err(VmapError::AlignNotPowerOfTwo { align: 3 * PAGE })
     );
-    assert_eq!(t.free(1 << 40), Err(BlockTreeError::NotFound(1 << 40)));
-    assert_eq!(t.alloc(0, PAGE), Err(BlockTreeError::BadArgument));
-    assert_eq!(t.alloc(PAGE, 3), Err(BlockTreeError::BadArgument));
-    assert_eq!(t.alloc(1 << 41, PAGE), Err(BlockTreeError::NoSpace));
+    assert!(matches!(
+        t.alloc(1 << 41, PAGE),
+        Err(VmapError::NoSpace { .. })
+    ));
+    assert!(matches!(
+        t.alloc(u64::MAX - PAGE + 1, 1 << 63),
+        Err(VmapError::NoSpace { .. })
+    ));
     assert_eq!(
-        t.alloc(u64::MAX - PAGE, 1 << 63),
-        Err(BlockTreeError::NoSpace)
+        BlockTree::new(PAGE, PAGE, PAGE).err(),
+        Some(VmapError::EmptyRange {
+            vstart: PAGE,
+            vend: PAGE
+        })
     );
-    assert!(BlockTree::new(5, 5).is_err());
+    assert!(BlockTree::new(0, PAGE, 3).is_err());
     t.check();
 }

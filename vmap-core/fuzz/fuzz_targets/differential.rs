@@ -1,5 +1,6 @@
 //! `cargo +nightly fuzz run differential` (from vmap-core/): the four
-//! policies against the brute-force reference model, driven by fuzzer bytes.
+//! policies and the `BlockTree` prototype against the brute-force reference
+//! model, driven by fuzzer bytes.
 //! Every operation's result must agree; the `debug` feature checks every
 //! invariant after each operation.
 #![no_main]
@@ -9,6 +10,7 @@ mod common;
 
 use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
+use vmap_core::block_tree::BlockTree;
 use vmap_core::{
     AllocRequest, Augmented, BTree, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
     VmapSpace,
@@ -33,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut bt = space::<BTree>();
+    let mut blk = BlockTree::new(BASE, BASE + PAGES * P, P).unwrap();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     for op in data.chunks_exact(6) {
         let b = |i: usize| u64::from(op[i]);
@@ -74,6 +77,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(fac.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(aug.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(bt.alloc_request(&q).map(|a| span(&a).0), want);
+            assert_eq!(blk.alloc_request(&q), want);
         } else {
             let addr = if reference.busy.is_empty() || op[0] & 2 != 0 {
                 BASE + (b(1) % PAGES) * P
@@ -86,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(fac.free_two_search(a).map(|x| span(&x)), want);
             assert_eq!(aug.free(a).map(|x| span(&x)), want);
             assert_eq!(bt.find_unlink(a).map(|x| span(&x)), want);
+            assert_eq!(blk.free(addr), want.map(|(s, e)| e - s));
         }
     }
 });

@@ -373,6 +373,10 @@ fn run_captured(
             *v = format!("{v}-lane{lane}");
         }
     }
+    // One core per lane: a lane's cargo build on both cores competes with
+    // the Miri row beside it, and Miri rows are CI's longest (slub-core's
+    // took 1 135 s in a full local run with loom builds beside it).
+    let cmd = cmd.env("CARGO_BUILD_JOBS", "1");
     {
         let _p = print.lock().unwrap_or_else(|e| e.into_inner());
         eprintln!("{header}: started on lane {lane}: {}", cmd.display());

@@ -73,8 +73,9 @@ impl Inner {
     }
 }
 
-/// Deepest tree [`Path`] holds: a root split needs a full root, so height
-/// `h` took more than `8^(h - 1)` leaves, beyond any `u32` index at 12.
+/// Deepest tree [`Path`] holds. A root split needs a full root, whose
+/// children each came from a split of a full node, and so on down: height
+/// `h` takes at least `8^(h - 1)` leaf splits, some 8.6 billion for 12.
 const MAX_HEIGHT: usize = 12;
 
 /// The way down from the root: inner node `node[k]` at level `k` (the root

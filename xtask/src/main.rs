@@ -141,12 +141,15 @@ fn main() -> ExitCode {
         },
         timeout: args.timeout,
     };
+    let start = std::time::Instant::now();
     let rows = run::run_all(&root, &matrix, opts);
 
     if args.json {
         println!("{}", report::json(&rows));
     } else {
         print!("{}{}", report::excerpts(&rows), report::table(&rows));
+        // Rows in lanes overlap, so their seconds add up to more than this.
+        println!("wall clock: {:.0} s", start.elapsed().as_secs_f64());
     }
     if report::any_failed(&rows) {
         ExitCode::FAILURE

@@ -142,7 +142,7 @@ pub fn table(rows: &[Row]) -> String {
     let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
     let total: f64 = rows.iter().map(|r| r.seconds).sum();
     out.push_str(&format!(
-        "{} passed, {} failed, {} skipped in {:.1} s\n",
+        "{} passed, {} failed, {} skipped; rows' seconds add up to {:.1}\n",
         count(Status::Pass),
         count(Status::Fail),
         count(Status::Skipped),

@@ -203,7 +203,7 @@ impl BlockTree {
         let (s, a, gap) = found.ok_or_else(|| fit.no_space())?;
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
-            self.insert(s, a, a + size);
+            self.insert_splitting(s, a, a + size);
         } else {
             if s.i == 0 {
                 self.lower_separator(&path, a);
@@ -240,7 +240,7 @@ impl BlockTree {
         let size = l.end[i] - addr;
         if l.n == 1 {
             // The leaf empties: the rare, general way.
-            self.remove(Slot { leaf, i });
+            self.remove_leaf(leaf);
         } else if i + 1 == l.n {
             // The gap before it moves to the next leaf, with it (there is
             // one: the last leaf ends with the sentinel, never freed, so
@@ -425,15 +425,7 @@ impl BlockTree {
 
     /// The slot of the last record starting at or below `addr`.
     fn lookup(&self, addr: u64) -> Option<Slot> {
-        let mut node = self.root;
-        for _ in 0..self.height {
-            let n = &self.inners[node as usize];
-            let mut c = 0;
-            while c + 1 < n.n && n.key[c + 1] <= addr {
-                c += 1;
-            }
-            node = n.child[c];
-        }
+        let node = self.descend(&mut Path::default(), addr);
         let l = &self.leaves[node as usize];
         match l.start[..l.n].partition_point(|&s| s <= addr) {
             // A separator is a lower bound, not the leaf's first start: the

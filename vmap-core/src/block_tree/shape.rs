@@ -61,15 +61,14 @@ impl BlockTree {
         }
     }
 
-    /// Inserts `[a, e)` before slot `s` (the gap before it holds it).
-    pub(super) fn insert(&mut self, s: Slot, a: u64, e: u64) {
+    /// Inserts `[a, e)` before slot `s` (the gap before it holds it) of a
+    /// full leaf, which splits first.
+    pub(super) fn insert_splitting(&mut self, s: Slot, a: u64, e: u64) {
         let Slot { mut leaf, mut i } = s;
-        if self.leaves[leaf as usize].n == B {
-            let right = self.split_leaf(leaf);
-            if i >= B / 2 {
-                leaf = right;
-                i -= B / 2;
-            }
+        let right = self.split_leaf(leaf);
+        if i >= B / 2 {
+            leaf = right;
+            i -= B / 2;
         }
         let l = &mut self.leaves[leaf as usize];
         l.start.copy_within(i..l.n, i + 1);
@@ -205,25 +204,16 @@ impl BlockTree {
         right
     }
 
-    /// Removes the record at `s` (never the sentinel).
-    pub(super) fn remove(&mut self, s: Slot) {
-        let Slot { leaf, i } = s;
+    /// Removes a leaf's only record (never the sentinel's leaf): the gap
+    /// before it and the record's span join the next leaf's first gap, and
+    /// the leaf goes.
+    pub(super) fn remove_leaf(&mut self, leaf: u32) {
         let l = &mut self.leaves[leaf as usize];
-        l.start.copy_within(i + 1..l.n, i);
-        l.end.copy_within(i + 1..l.n, i);
-        l.n -= 1;
-        let (n, next) = (l.n, l.next);
-        if i == n {
-            // The leaf's last record went: the next leaf's first gap grew.
-            let last = if n > 0 { l.end[n - 1] } else { l.prev_end };
-            self.leaves[next as usize].prev_end = last;
-            self.update_gaps(next, 0);
-        }
-        if n == 0 {
-            self.unlink(leaf, 0);
-        } else {
-            self.update_gaps(leaf, 0);
-        }
+        l.n = 0;
+        let (prev_end, next) = (l.prev_end, l.next);
+        self.leaves[next as usize].prev_end = prev_end;
+        self.update_gaps(next, 0);
+        self.unlink(leaf, 0);
     }
 
     /// Unlinks an empty node (never the last leaf: it holds the sentinel).

@@ -41,11 +41,29 @@ mod shape;
 const B: usize = 16;
 const NONE: u32 = u32::MAX;
 
+/// A busy area `[start, end)`: the two halves side by side, so a shift
+/// is one copy and a scan reads one line for both.
+#[derive(Clone, Copy)]
+struct Rec {
+    start: u64,
+    end: u64,
+}
+
+impl Rec {
+    /// An unused slot: it sorts after every area.
+    const UNUSED: Rec = Rec {
+        start: u64::MAX,
+        end: u64::MAX,
+    };
+}
+
 #[derive(Clone)]
 struct Leaf {
     n: usize,
-    start: [u64; B],
-    end: [u64; B],
+    /// Areas in address order; [`Rec::UNUSED`] from `n` on, so a search
+    /// may run over the whole array (a fixed-length search the compiler
+    /// unrolls).
+    rec: [Rec; B],
     /// End of the last area of the leaf before (the space's start for the
     /// first leaf): the gap before slot 0 is `start[0] - prev_end`.
     prev_end: u64,
@@ -58,7 +76,8 @@ struct Inner {
     n: usize,
     child: [u32; B],
     /// Separators: every start in child `c` is `>= key[c]` and `<
-    /// key[c + 1]`; `key[0]` is not used.
+    /// key[c + 1]`; `key[0]` is not used, and `key[c]` is `u64::MAX` from
+    /// `n` on (as a leaf's unused starts).
     key: [u64; B],
     /// The largest gap before any record below child `c`; 0 from `n` on,
     /// so the node's largest is a maximum over the whole array, which the
@@ -137,14 +156,13 @@ impl BlockTree {
         // the gap before it, so every gap belongs to a record.
         let mut leaf = Leaf {
             n: 1,
-            start: [0; B],
-            end: [0; B],
+            rec: [Rec::UNUSED; B],
             prev_end: start,
             next: NONE,
             parent: NONE,
         };
-        leaf.start[0] = end;
-        leaf.end[0] = end;
+        leaf.rec[0].start = end;
+        leaf.rec[0].end = end;
         Ok(Self {
             leaves: alloc::vec![leaf],
             inners: Vec::new(),
@@ -182,8 +200,30 @@ impl BlockTree {
     /// Allocates `size` bytes at the lowest address that is a multiple of
     /// `align` and fits anywhere in the space; returns the address.
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, VmapError> {
-        let (s, e) = (VirtAddr::new(self.start), VirtAddr::new(self.end));
-        self.alloc_request(&AllocRequest::new(size, align, s, e))
+        let req = AllocRequest::new(
+            size,
+            align,
+            VirtAddr::new(self.start),
+            VirtAddr::new(self.end),
+        );
+        // The common request, checked in a few instructions: `validate`
+        // only for an error.
+        let plain =
+            size != 0 && (size | align) & (self.page_size - 1) == 0 && align.is_power_of_two();
+        if !plain {
+            return self.alloc_request(&req);
+        }
+        let mut path = Path::default();
+        match self.find_whole(&mut path, size, align) {
+            Some((s, a, gap)) => {
+                self.insert(&path, s, a, size, gap);
+                Ok(a)
+            }
+            None => Err(match req.validate(self.start, self.end, self.page_size) {
+                Ok(fit) => fit.no_space(),
+                Err(e) => e,
+            }),
+        }
     }
 
     /// Allocates what `req` asks for (bounds, `phase`, `nocross`, an exact
@@ -191,41 +231,45 @@ impl BlockTree {
     /// and the placement of [`VmapSpace::alloc_request`](crate::VmapSpace::alloc_request).
     pub fn alloc_request(&mut self, req: &AllocRequest) -> Result<u64, VmapError> {
         let fit = req.validate(self.start, self.end, self.page_size)?;
-        let size = fit.size;
         let mut path = Path::default();
         let whole =
             fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
         let found = if whole {
-            self.find::<true>(&mut path, &fit)
+            self.find_whole(&mut path, fit.size, fit.align)
         } else {
-            self.find::<false>(&mut path, &fit)
+            self.find(&mut path, &fit)
         };
         let (s, a, gap) = found.ok_or_else(|| fit.no_space())?;
+        self.insert(&path, s, a, fit.size, gap);
+        Ok(a)
+    }
+
+    /// Puts `[a, a + size)` before slot `s`, into the gap of `gap` bytes
+    /// that a search down `path` chose.
+    fn insert(&mut self, path: &Path, s: Slot, a: u64, size: u64, gap: u64) {
+        self.areas += 1;
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
             self.insert_splitting(s, a, a + size);
-        } else {
-            if s.i == 0 {
-                self.lower_separator(&path, a);
-            }
-            let l = &mut self.leaves[s.leaf as usize];
-            l.start.copy_within(s.i..l.n, s.i + 1);
-            l.end.copy_within(s.i..l.n, s.i + 1);
-            l.start[s.i] = a;
-            l.end[s.i] = a + size;
-            l.n += 1;
-            // The gap it went into split in two: the leaf's largest gap can
-            // only have shrunk, and only if it was this one.
-            if let Some(k) = self.height.checked_sub(1) {
-                let (p, c) = (path.node[k], path.pos[k] as usize);
-                if self.inners[p as usize].gap[c] == gap {
-                    let m = self.leaf_gap(s.leaf);
-                    self.lower_gap(&path, k, m);
-                }
+            return;
+        }
+        if s.i == 0 {
+            self.lower_separator(path, a);
+        }
+        let l = &mut self.leaves[s.leaf as usize];
+        l.rec.copy_within(s.i..l.n, s.i + 1);
+        l.rec[s.i].start = a;
+        l.rec[s.i].end = a + size;
+        l.n += 1;
+        // The gap it went into split in two: the leaf's largest gap can
+        // only have shrunk, and only if it was this one.
+        if let Some(k) = self.height.checked_sub(1) {
+            let (p, c) = (path.node[k], path.pos[k] as usize);
+            if self.inners[p as usize].gap[c] == gap {
+                let m = self.leaf_gap(s.leaf);
+                self.lower_gap(path, k, m);
             }
         }
-        self.areas += 1;
-        Ok(a)
     }
 
     /// Frees the area starting at `addr`; returns its size.
@@ -233,11 +277,11 @@ impl BlockTree {
         let mut path = Path::default();
         let leaf = self.descend(&mut path, addr);
         let l = &self.leaves[leaf as usize];
-        let i = l.start[..l.n].partition_point(|&s| s < addr);
-        if i == l.n || l.start[i] != addr || addr == self.end {
+        let i = l.rec.partition_point(|r| r.start < addr);
+        if i == l.n || l.rec[i].start != addr || addr == self.end {
             return Err(VmapError::NotFound { addr });
         }
-        let size = l.end[i] - addr;
+        let size = l.rec[i].end - addr;
         if l.n == 1 {
             // The leaf empties: the rare, general way.
             self.remove_leaf(leaf);
@@ -248,21 +292,22 @@ impl BlockTree {
             let k = self.height - 1;
             let l = &mut self.leaves[leaf as usize];
             l.n -= 1;
-            let (last, next) = (l.end[i - 1], l.next);
+            l.rec[i] = Rec::UNUSED;
+            let (last, next) = (l.rec[i - 1].end, l.next);
             let m = self.leaf_gap(leaf);
             self.lower_gap(&path, k, m);
             let n = &mut self.leaves[next as usize];
             n.prev_end = last;
-            let gap = n.start[0] - last;
+            let gap = n.rec[0].start - last;
             self.next_path(&mut path);
             self.raise_gap(&path, k, gap);
         } else {
             let l = &mut self.leaves[leaf as usize];
-            let prev = if i > 0 { l.end[i - 1] } else { l.prev_end };
-            let merged = l.start[i + 1] - prev;
-            l.start.copy_within(i + 1..l.n, i);
-            l.end.copy_within(i + 1..l.n, i);
+            let prev = if i > 0 { l.rec[i - 1].end } else { l.prev_end };
+            let merged = l.rec[i + 1].start - prev;
+            l.rec.copy_within(i + 1..l.n, i);
             l.n -= 1;
+            l.rec[l.n] = Rec::UNUSED;
             if let Some(k) = self.height.checked_sub(1) {
                 self.raise_gap(&path, k, merged);
             }
@@ -275,17 +320,52 @@ impl BlockTree {
     pub fn find_area(&self, addr: u64) -> Option<(u64, u64)> {
         let s = self.lookup(addr)?;
         let l = &self.leaves[s.leaf as usize];
-        (addr < l.end[s.i]).then(|| (l.start[s.i], l.end[s.i]))
+        (addr < l.rec[s.i].end).then(|| (l.rec[s.i].start, l.rec[s.i].end))
     }
 
-    /// Lowest fit: the slot before which it goes, its address and the gap
-    /// it goes into; `path` is left holding the way down. Subtrees whose
-    /// largest gap is too small, or that lie wholly outside `[vstart,
-    /// vend)`, are not entered; one whose gaps the constraints rule out is
-    /// left for its next sibling. `WHOLE`: a plain request (size and
-    /// alignment) over the whole space, the common case, with no bounds to
-    /// test.
-    fn find<const WHOLE: bool>(&self, path: &mut Path, fit: &Fit) -> Option<(Slot, u64, u64)> {
+    /// Lowest fit for a plain request (size and alignment, anywhere in the
+    /// space): the slot before which it goes, its address and the gap it
+    /// goes into; `path` is left holding the way down. A subtree whose
+    /// largest gap is too small is not entered; one whose gaps alignment
+    /// rules out is left for its next sibling.
+    fn find_whole(&self, path: &mut Path, size: u64, align: u64) -> Option<(Slot, u64, u64)> {
+        let (mut node, mut k, mut from) = (self.root, 0, 0);
+        loop {
+            if k < self.height {
+                let n = &self.inners[node as usize];
+                // Unused slots' gaps are 0, less than any size: no need to
+                // stop at `n.n`.
+                if let Some(c) = n.gap[from..].iter().position(|&g| g >= size) {
+                    let c = from + c;
+                    path.node[k] = node;
+                    path.pos[k] = c as u8;
+                    (node, k, from) = (n.child[c], k + 1, 0);
+                    continue;
+                }
+            } else {
+                let l = &self.leaves[node as usize];
+                let mut gs = l.prev_end;
+                for (i, r) in l.rec[..l.n].iter().enumerate() {
+                    let (ge, e) = (r.start, r.end);
+                    if ge - gs >= size {
+                        let a = gs.checked_add(align - 1).map(|x| x & !(align - 1));
+                        if let Some(a) = a.filter(|&a| a <= ge && ge - a >= size) {
+                            return Some((Slot { leaf: node, i }, a, ge - gs));
+                        }
+                    }
+                    gs = e;
+                }
+            }
+            // Nothing here: the next sibling up the path.
+            k = k.checked_sub(1)?;
+            (node, from) = (path.node[k], path.pos[k] as usize + 1);
+        }
+    }
+
+    /// [`find_whole`](Self::find_whole) for any request: subtrees that lie
+    /// wholly outside `[vstart, vend)` are not entered either, and a gap
+    /// must hold an address `fit` accepts.
+    fn find(&self, path: &mut Path, fit: &Fit) -> Option<(Slot, u64, u64)> {
         let (size, vstart, vend) = (fit.size, fit.vstart, fit.vend);
         let (mut node, mut k, mut from) = (self.root, 0, 0);
         loop {
@@ -293,24 +373,15 @@ impl BlockTree {
                 let l = &self.leaves[node as usize];
                 let mut prev = l.prev_end;
                 for i in 0..l.n {
-                    let (gs, ge) = (prev, l.start[i]);
-                    prev = l.end[i];
-                    if ge - gs < size {
+                    let (gs, ge) = (prev, l.rec[i].start);
+                    prev = l.rec[i].end;
+                    if ge - gs < size || ge <= vstart {
                         continue;
                     }
-                    let a = if WHOLE {
-                        let align = fit.align;
-                        gs.checked_add(align - 1)
-                            .map(|x| x & !(align - 1))
-                            .filter(|a| a.checked_add(size).is_some_and(|e| e <= ge))
-                    } else if ge <= vstart {
-                        continue;
-                    } else if gs >= vend {
+                    if gs >= vend {
                         break;
-                    } else {
-                        fit.fit_in(gs, ge)
-                    };
-                    if let Some(a) = a {
+                    }
+                    if let Some(a) = fit.fit_in(gs, ge) {
                         return Some((Slot { leaf: node, i }, a, ge - gs));
                     }
                 }
@@ -322,13 +393,6 @@ impl BlockTree {
                 let n = &self.inners[node as usize];
                 let mut found = None;
                 for c in from..n.n {
-                    if WHOLE {
-                        if n.gap[c] >= size {
-                            found = Some(c);
-                            break;
-                        }
-                        continue;
-                    }
                     if c >= 2 && n.key[c - 1] >= vend {
                         break;
                     }
@@ -355,7 +419,9 @@ impl BlockTree {
         let mut node = self.root;
         for k in 0..self.height {
             let n = &self.inners[node as usize];
-            let c = n.key[1..n.n].partition_point(|&key| key <= addr);
+            // Unused keys are `u64::MAX`: only an `addr` of `u64::MAX`
+            // counts them.
+            let c = n.key[1..].partition_point(|&key| key <= addr).min(n.n - 1);
             path.node[k] = node;
             path.pos[k] = c as u8;
             node = n.child[c];
@@ -427,7 +493,7 @@ impl BlockTree {
     fn lookup(&self, addr: u64) -> Option<Slot> {
         let node = self.descend(&mut Path::default(), addr);
         let l = &self.leaves[node as usize];
-        match l.start[..l.n].partition_point(|&s| s <= addr) {
+        match l.rec.partition_point(|r| r.start <= addr).min(l.n) {
             // A separator is a lower bound, not the leaf's first start: the
             // record before `addr` may end the leaf before.
             0 => match self.prev_leaf(node) {
@@ -449,8 +515,8 @@ impl BlockTree {
         let mut prev = l.prev_end;
         let mut max = 0;
         for i in 0..l.n {
-            max = max.max(l.start[i] - prev);
-            prev = l.end[i];
+            max = max.max(l.rec[i].start - prev);
+            prev = l.rec[i].end;
         }
         max
     }
@@ -461,7 +527,7 @@ impl BlockTree {
         let mut out = Vec::new();
         while leaf != NONE {
             let l = &self.leaves[leaf as usize];
-            out.extend((0..l.n).map(|i| (l.start[i], l.end[i])));
+            out.extend((0..l.n).map(|i| (l.rec[i].start, l.rec[i].end)));
             leaf = l.next;
         }
         out.pop(); // the sentinel

@@ -3,7 +3,7 @@
 //! remove that need them, which find a node's place through parent links
 //! rather than the descent path `alloc` and `free` keep.
 
-use super::{B, BlockTree, Inner, NONE, Slot};
+use super::{B, BlockTree, Inner, NONE, Rec, Slot};
 use alloc::vec::Vec;
 
 impl Inner {
@@ -63,18 +63,24 @@ impl BlockTree {
 
     /// Inserts `[a, e)` before slot `s` (the gap before it holds it) of a
     /// full leaf, which splits first.
+    ///
+    /// Into the gap before the sentinel (a space filling up from the
+    /// bottom), the split keeps all but the sentinel on the left, and so
+    /// does each parent it adds a last child to: halves would leave every
+    /// node of a filled space half full and the tree a level taller.
     pub(super) fn insert_splitting(&mut self, s: Slot, a: u64, e: u64) {
         let Slot { mut leaf, mut i } = s;
-        let right = self.split_leaf(leaf);
-        if i >= B / 2 {
+        let append = i == B - 1 && self.leaves[leaf as usize].next == NONE;
+        let h = if append { B - 1 } else { B / 2 };
+        let right = self.split_leaf(leaf, h, append);
+        if i >= h {
             leaf = right;
-            i -= B / 2;
+            i -= h;
         }
         let l = &mut self.leaves[leaf as usize];
-        l.start.copy_within(i..l.n, i + 1);
-        l.end.copy_within(i..l.n, i + 1);
-        l.start[i] = a;
-        l.end[i] = e;
+        l.rec.copy_within(i..l.n, i + 1);
+        l.rec[i].start = a;
+        l.rec[i].end = e;
         l.n += 1;
         if i == 0 {
             self.lower_key(leaf, a);
@@ -99,21 +105,22 @@ impl BlockTree {
         }
     }
 
-    /// Splits a full leaf in two; returns the new right half, linked in.
-    fn split_leaf(&mut self, leaf: u32) -> u32 {
-        let h = B / 2;
+    /// Splits a full leaf in two, `h` records staying; returns the new
+    /// right part, linked in (`append`: see `insert_splitting`).
+    fn split_leaf(&mut self, leaf: u32, h: usize, append: bool) -> u32 {
         let l = &mut self.leaves[leaf as usize];
         let mut r = l.clone();
         r.n = B - h;
-        r.start.copy_within(h..B, 0);
-        r.end.copy_within(h..B, 0);
-        r.prev_end = l.end[h - 1];
+        r.rec.copy_within(h..B, 0);
+        r.rec[B - h..].fill(Rec::UNUSED);
+        r.prev_end = l.rec[h - 1].end;
         l.n = h;
-        let key = r.start[0];
+        l.rec[h..].fill(Rec::UNUSED);
+        let key = r.rec[0].start;
         let parent = l.parent;
         let right = Self::take(&mut self.leaves, &mut self.free_leaves, r);
         self.leaves[leaf as usize].next = right;
-        self.attach(leaf, right, 0, key, parent);
+        self.attach(leaf, right, 0, key, parent, append);
         self.update_gaps(leaf, 0);
         self.update_gaps(right, 0);
         right
@@ -134,17 +141,26 @@ impl BlockTree {
 
     /// Links `right` (at `height`, first key `key`) into `parent` after
     /// `left`, splitting parents and growing the root as needed.
-    fn attach(&mut self, left: u32, right: u32, height: usize, key: u64, parent: u32) {
+    fn attach(
+        &mut self,
+        left: u32,
+        right: u32,
+        height: usize,
+        key: u64,
+        parent: u32,
+        append: bool,
+    ) {
         if parent == NONE {
             let mut root = Inner {
                 n: 2,
                 child: [NONE; B],
-                key: [0; B],
+                key: [u64::MAX; B],
                 gap: [0; B],
                 parent: NONE,
             };
             root.child[0] = left;
             root.child[1] = right;
+            root.key[0] = 0;
             root.key[1] = key;
             let r = Self::take(&mut self.inners, &mut self.free_inners, root);
             self.set_parent(left, height, r);
@@ -160,12 +176,13 @@ impl BlockTree {
             n.slot_of(left) + 1
         };
         if self.inners[p as usize].n == B {
-            let q = self.split_inner(p, height + 1);
-            // At `B / 2` exactly, `right` ends `p` rather than starting `q`,
+            let h = if append && pos == B { B - 1 } else { B / 2 };
+            let q = self.split_inner(p, height + 1, h, append);
+            // At `h` exactly, `right` ends `p` rather than starting `q`,
             // whose separator is already set above.
-            if pos > B / 2 {
+            if pos > h {
                 p = q;
-                pos -= B / 2;
+                pos -= h;
             }
         }
         let n = &mut self.inners[p as usize];
@@ -179,9 +196,9 @@ impl BlockTree {
         self.set_parent(right, height, p);
     }
 
-    /// Splits a full inner node at `height`; returns the new right half.
-    fn split_inner(&mut self, node: u32, height: usize) -> u32 {
-        let h = B / 2;
+    /// Splits a full inner node at `height`, `h` children staying;
+    /// returns the new right part.
+    fn split_inner(&mut self, node: u32, height: usize, h: usize, append: bool) -> u32 {
         let n = &mut self.inners[node as usize];
         let mut r = n.clone();
         r.n = B - h;
@@ -189,7 +206,9 @@ impl BlockTree {
         r.key.copy_within(h..B, 0);
         r.gap.copy_within(h..B, 0);
         r.gap[B - h..].fill(0);
+        r.key[B - h..].fill(u64::MAX);
         n.gap[h..].fill(0);
+        n.key[h..].fill(u64::MAX);
         n.n = h;
         let key = r.key[0];
         let parent = n.parent;
@@ -198,7 +217,7 @@ impl BlockTree {
             let child = self.inners[right as usize].child[c];
             self.set_parent(child, height - 1, right);
         }
-        self.attach(node, right, height, key, parent);
+        self.attach(node, right, height, key, parent, append);
         self.update_gaps(node, height);
         self.update_gaps(right, height);
         right
@@ -237,6 +256,7 @@ impl BlockTree {
         p.gap.copy_within(c + 1..p.n, c);
         p.n -= 1;
         p.gap[p.n] = 0;
+        p.key[p.n] = u64::MAX;
         let left = p.n;
         if left == 0 {
             self.unlink(parent, height + 1);

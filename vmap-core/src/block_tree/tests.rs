@@ -21,9 +21,13 @@ impl BlockTree {
             let l = &self.leaves[leaf as usize];
             assert!(l.n > 0, "no empty leaf stays linked");
             assert_eq!(l.prev_end, prev_end, "leaf {leaf}");
+            assert!(
+                l.rec[l.n..].iter().all(|r| r.start == u64::MAX),
+                "unused starts of {leaf}"
+            );
             for k in 0..l.n {
-                assert!(l.start[k] >= prev_end && l.end[k] >= l.start[k]);
-                prev_end = l.end[k];
+                assert!(l.rec[k].start >= prev_end && l.rec[k].end >= l.rec[k].start);
+                prev_end = l.rec[k].end;
             }
             leaf = l.next;
             i += 1;
@@ -46,13 +50,17 @@ impl BlockTree {
         if height == 0 {
             out.push(node);
             let l = &self.leaves[node as usize];
-            return (self.leaf_gap(node), l.start[0], l.start[l.n - 1]);
+            return (self.leaf_gap(node), l.rec[0].start, l.rec[l.n - 1].start);
         }
         let n = &self.inners[node as usize];
         assert!(n.n >= 1 && (node != self.root || n.n >= 2));
         assert!(
             n.gap[n.n..].iter().all(|&g| g == 0),
             "unused gaps of {node}"
+        );
+        assert!(
+            n.key[n.n..].iter().all(|&k| k == u64::MAX),
+            "unused keys of {node}"
         );
         let (mut gap, mut lo, mut hi) = (0, u64::MAX, 0);
         for c in 0..n.n {
@@ -208,8 +216,10 @@ fn a_split_at_the_middle_of_a_full_inner_node() {
     // Halve the middle leaf's records until it splits.
     while t.height == 1 {
         let l = &t.leaves[middle as usize];
-        let i = (0..l.n).find(|&i| l.end[i] - l.start[i] > PAGE).unwrap();
-        let size = t.free(l.start[i]).unwrap();
+        let i = (0..l.n)
+            .find(|&i| l.rec[i].end - l.rec[i].start > PAGE)
+            .unwrap();
+        let size = t.free(l.rec[i].start).unwrap();
         t.alloc(size / 2, PAGE).unwrap();
         t.alloc(size / 2, PAGE).unwrap();
         t.check();

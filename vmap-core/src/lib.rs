@@ -52,6 +52,7 @@ extern crate std;
 
 #[cfg(all(feature = "alloc", feature = "testing"))]
 pub mod block_tree;
+mod busy;
 mod error;
 mod free_tree;
 mod node;

@@ -5,13 +5,13 @@
 //! [`sharded`](crate::sharded) front.
 
 use crate::VirtAddr;
+use crate::busy::BusyIndex;
 use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx, NodeSource, NodeTable};
-use crate::policy::{BusyTree, BusyView, FreeAreaSearch};
+use crate::policy::{BusyView, FreeAreaSearch};
 use crate::request::AllocRequest;
 #[cfg(feature = "stats")]
 use crate::stats::VmapStats;
-use crate::tree::Tree;
 
 /// The errors of a space's constructor: `page_size` a power of two, `start`
 /// and `end` multiples of it, `start < end`.
@@ -64,7 +64,7 @@ pub struct VmapSpace<P: FreeAreaSearch, S: NodeSource> {
     end: u64,
     page_size: u64,
     node_id: u16,
-    busy: BusyTree,
+    busy: P::Busy,
     src: NodeTable<S>,
     policy: P,
     busy_bytes: u64,
@@ -86,12 +86,13 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         check_space(start, end, page_size)?;
         let mut src = NodeTable::new(src);
         let policy = P::init(&mut src, start, end)?;
+        let busy = P::Busy::new(start, end, page_size)?;
         Ok(Self {
             start,
             end,
             page_size,
             node_id: 0,
-            busy: Tree::new(),
+            busy,
             src,
             policy,
             busy_bytes: 0,
@@ -165,12 +166,19 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         node.start = a;
         node.end = a + fit.size;
         node.parked = false;
-        match self.policy.busy_pred(&self.src, n) {
+        let linked = match self.policy.busy_pred(&self.src, n) {
             // A parked tile below is not in the busy tree: search instead.
             Some(pred) if pred == NIL || !self.src.node(pred).parked => {
                 self.busy.insert_after(&mut self.src, pred, n)
             }
             _ => self.busy.insert(&mut self.src, n),
+        };
+        if let Err(e) = linked {
+            // Only an index that is also the free index fails here (out
+            // of memory for a node split), and its policy's `claim` took
+            // nothing: the space is as it was.
+            self.src.free_node(n);
+            return Err(e);
         }
         self.busy_bytes += fit.size;
         self.debug_check();
@@ -421,7 +429,9 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     pub(crate) fn unpark(&mut self, i: NodeIdx) -> VmapArea {
         self.unlink_parked(i);
         if P::PARK_OUTSIDE_BUSY_TREE {
-            self.busy.insert(&mut self.src, i);
+            // Such a policy's index is the busy tree, which takes any node.
+            let r = self.busy.insert(&mut self.src, i);
+            debug_assert!(r.is_ok(), "the busy tree does not fail");
         }
         let n = self.src.node(i);
         self.area(n.start, n.end)
@@ -465,15 +475,15 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// Number of live areas (parked ones excluded).
     pub fn len(&self) -> usize {
         if P::PARK_OUTSIDE_BUSY_TREE {
-            self.busy.len
+            self.busy.len()
         } else {
-            self.busy.len - self.parked
+            self.busy.len() - self.parked
         }
     }
 
     /// Whether no area is allocated (nor parked).
     pub fn is_empty(&self) -> bool {
-        self.busy.len == 0 && self.parked == 0
+        self.busy.len() == 0 && self.parked == 0
     }
 
     /// Bytes in busy (including parked) areas.

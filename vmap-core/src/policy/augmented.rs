@@ -20,6 +20,8 @@ impl FreeAreaSearch for Augmented {
 }
 
 impl Search for Augmented {
+    type Busy = BusyTree;
+
     /// The free tree is the free index, the tiling list gives the busy
     /// neighbours and [`release`](Search::release) ignores `prev`.
     const PARK_OUTSIDE_BUSY_TREE: bool = true;

@@ -60,6 +60,8 @@ impl FreeAreaSearch for BTree {
 }
 
 impl Search for BTree {
+    type Busy = BusyTree;
+
     fn init<S: NodeArena>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError> {
         let mut t = Self {
             root: NIL,

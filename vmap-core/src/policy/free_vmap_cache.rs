@@ -45,6 +45,8 @@ impl FreeAreaSearch for FreeVmapCache {
 }
 
 impl Search for FreeVmapCache {
+    type Busy = BusyTree;
+
     fn init<S: NodeArena>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self {
             cache: NIL,

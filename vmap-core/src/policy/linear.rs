@@ -18,6 +18,8 @@ impl FreeAreaSearch for Linear {
 }
 
 impl Search for Linear {
+    type Busy = BusyTree;
+
     fn init<S: NodeArena>(_: &mut S, _: u64, _: u64) -> Result<Self, VmapError> {
         Ok(Self)
     }

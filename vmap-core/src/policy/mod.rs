@@ -16,6 +16,7 @@ pub use btree::BTree;
 pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
 
+use crate::busy::BusyIndex;
 use crate::error::VmapError;
 use crate::node::{NIL, NodeArena, NodeIdx};
 use crate::request::Fit;
@@ -29,15 +30,15 @@ pub type DefaultPolicy = Augmented;
 pub type BusyTree = Tree<NoAug>;
 
 /// Every busy area in address order, as a policy's
-/// [`check`](Search::check) walks them: the busy tree, plus the areas
+/// [`check`](Search::check) walks them: the busy index, plus the areas
 /// parked outside it in the sharded front's pools (`parked`, sorted by
 /// start; empty for a plain space). Checks only: `next` searches.
-pub struct BusyView<'a> {
-    pub(crate) tree: &'a BusyTree,
+pub struct BusyView<'a, B = BusyTree> {
+    pub(crate) tree: &'a B,
     pub(crate) parked: &'a [NodeIdx],
 }
 
-impl BusyView<'_> {
+impl<B: BusyIndex> BusyView<'_, B> {
     /// The lowest busy area, or `NIL`.
     pub(crate) fn first<S: NodeArena>(&self, s: &S) -> NodeIdx {
         let b = self.tree.first(s);
@@ -92,6 +93,10 @@ pub trait FreeAreaSearch: Sized + Send + Sync + Search {
 /// remember it); `release` gives a freed range back after its busy node was
 /// unlinked.
 pub trait Search: Sized {
+    /// Where the space keeps its busy areas: [`BusyTree`] for a policy
+    /// with a free index of its own, or an index that is both.
+    type Busy: BusyIndex;
+
     /// Sets up the policy for an empty space `[start, end)`.
     fn init<S: NodeArena>(s: &mut S, start: u64, end: u64) -> Result<Self, VmapError>;
 
@@ -99,7 +104,7 @@ pub trait Search: Sized {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &Self::Busy,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64>;
@@ -108,7 +113,7 @@ pub trait Search: Sized {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &Self::Busy,
         a: u64,
         size: u64,
         visited: &mut u32,
@@ -188,7 +193,7 @@ pub trait Search: Sized {
     fn check<S: NodeArena>(
         &self,
         s: &S,
-        busy: &BusyView<'_>,
+        busy: &BusyView<'_, Self::Busy>,
         start: u64,
         end: u64,
     ) -> Result<(), &'static str>;

@@ -52,6 +52,8 @@ extern crate std;
 
 #[cfg(all(feature = "alloc", feature = "testing"))]
 pub mod block_tree;
+#[cfg(all(feature = "alloc", not(feature = "testing")))]
+mod block_tree;
 mod busy;
 mod error;
 mod free_tree;
@@ -77,6 +79,8 @@ pub use error::VmapError;
 #[cfg(feature = "alloc")]
 pub use node::VecSource;
 pub use node::{FixedPool, NodeIdx, NodeSource, TreeNode};
+#[cfg(feature = "alloc")]
+pub use policy::Blocks;
 pub use policy::{Augmented, BTree, DefaultPolicy, FreeAreaSearch, FreeVmapCache, Linear};
 pub use request::AllocRequest;
 #[cfg(feature = "alloc")]

@@ -34,6 +34,8 @@ use crate::request::{AllocRequest, Fit};
 use crate::space::check_space;
 use alloc::vec::Vec;
 
+mod check;
+mod index;
 mod shape;
 
 /// Records per leaf and children per inner node: a leaf's `start`/`end`
@@ -41,12 +43,14 @@ mod shape;
 const B: usize = 16;
 const NONE: u32 = u32::MAX;
 
-/// A busy area `[start, end)`: the two halves side by side, so a shift
-/// is one copy and a scan reads one line for both.
+/// A busy area `[start, end)` and the caller's word for it (`VmapSpace`'s
+/// node; `NONE` for areas of [`BlockTree::alloc`]), side by side, so a
+/// shift is one copy and a scan reads one line for both ends.
 #[derive(Clone, Copy)]
 struct Rec {
     start: u64,
     end: u64,
+    val: u32,
 }
 
 impl Rec {
@@ -54,7 +58,17 @@ impl Rec {
     const UNUSED: Rec = Rec {
         start: u64::MAX,
         end: u64::MAX,
+        val: NONE,
     };
+
+    /// `[a, a + size)`, with no word of the caller's.
+    fn new(a: u64, size: u64) -> Rec {
+        Rec {
+            start: a,
+            end: a + size,
+            val: NONE,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -161,8 +175,11 @@ impl BlockTree {
             next: NONE,
             parent: NONE,
         };
-        leaf.rec[0].start = end;
-        leaf.rec[0].end = end;
+        leaf.rec[0] = Rec {
+            start: end,
+            end,
+            val: NONE,
+        };
         Ok(Self {
             leaves: alloc::vec![leaf],
             inners: Vec::new(),
@@ -216,7 +233,7 @@ impl BlockTree {
         let mut path = Path::default();
         match self.find_whole(&mut path, size, align) {
             Some((s, a, gap)) => {
-                self.insert(&path, s, a, size, gap);
+                self.insert(&path, s, Rec::new(a, size), gap)?;
                 Ok(a)
             }
             None => Err(match req.validate(self.start, self.end, self.page_size) {
@@ -240,26 +257,29 @@ impl BlockTree {
             self.find(&mut path, &fit)
         };
         let (s, a, gap) = found.ok_or_else(|| fit.no_space())?;
-        self.insert(&path, s, a, fit.size, gap);
+        self.insert(&path, s, Rec::new(a, fit.size), gap)?;
         Ok(a)
     }
 
-    /// Puts `[a, a + size)` before slot `s`, into the gap of `gap` bytes
-    /// that a search down `path` chose.
-    fn insert(&mut self, path: &Path, s: Slot, a: u64, size: u64, gap: u64) {
-        self.areas += 1;
+    /// Puts `r` before slot `s`, into the gap of `gap` bytes that a search
+    /// down `path` chose. Fails only when a split finds no memory, with
+    /// nothing changed.
+    fn insert(&mut self, path: &Path, s: Slot, r: Rec, gap: u64) -> Result<(), VmapError> {
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
-            self.insert_splitting(s, a, a + size);
-            return;
+            self.reserve_split()?;
+            self.insert_splitting(s, r);
+            self.areas += 1;
+            return Ok(());
         }
+        self.areas += 1;
+        let a = r.start;
         if s.i == 0 {
             self.lower_separator(path, a);
         }
         let l = &mut self.leaves[s.leaf as usize];
         l.rec.copy_within(s.i..l.n, s.i + 1);
-        l.rec[s.i].start = a;
-        l.rec[s.i].end = a + size;
+        l.rec[s.i] = r;
         l.n += 1;
         // The gap it went into split in two: the leaf's largest gap can
         // only have shrunk, and only if it was this one.
@@ -270,10 +290,17 @@ impl BlockTree {
                 self.lower_gap(path, k, m);
             }
         }
+        Ok(())
     }
 
     /// Frees the area starting at `addr`; returns its size.
     pub fn free(&mut self, addr: u64) -> Result<u64, VmapError> {
+        self.remove(addr).map(|r| r.end - r.start)
+    }
+
+    /// Takes out the area starting at `addr`, whose gap joins the gaps on
+    /// either side.
+    fn remove(&mut self, addr: u64) -> Result<Rec, VmapError> {
         let mut path = Path::default();
         let leaf = self.descend(&mut path, addr);
         let l = &self.leaves[leaf as usize];
@@ -281,7 +308,7 @@ impl BlockTree {
         if i == l.n || l.rec[i].start != addr || addr == self.end {
             return Err(VmapError::NotFound { addr });
         }
-        let size = l.rec[i].end - addr;
+        let r = l.rec[i];
         if l.n == 1 {
             // The leaf empties: the rare, general way.
             self.remove_leaf(leaf);
@@ -313,7 +340,7 @@ impl BlockTree {
             }
         }
         self.areas -= 1;
-        Ok(size)
+        Ok(r)
     }
 
     /// The busy area containing `addr`, as `(start, end)`.

@@ -4,6 +4,7 @@
 //! rather than the descent path `alloc` and `free` keep.
 
 use super::{B, BlockTree, Inner, NONE, Rec, Slot};
+use crate::error::VmapError;
 use alloc::vec::Vec;
 
 impl Inner {
@@ -68,7 +69,7 @@ impl BlockTree {
     /// bottom), the split keeps all but the sentinel on the left, and so
     /// does each parent it adds a last child to: halves would leave every
     /// node of a filled space half full and the tree a level taller.
-    pub(super) fn insert_splitting(&mut self, s: Slot, a: u64, e: u64) {
+    pub(super) fn insert_splitting(&mut self, s: Slot, r: Rec) {
         let Slot { mut leaf, mut i } = s;
         let append = i == B - 1 && self.leaves[leaf as usize].next == NONE;
         let h = if append { B - 1 } else { B / 2 };
@@ -79,11 +80,10 @@ impl BlockTree {
         }
         let l = &mut self.leaves[leaf as usize];
         l.rec.copy_within(i..l.n, i + 1);
-        l.rec[i].start = a;
-        l.rec[i].end = e;
+        l.rec[i] = r;
         l.n += 1;
         if i == 0 {
-            self.lower_key(leaf, a);
+            self.lower_key(leaf, r.start);
         }
         self.update_gaps(leaf, 0);
     }
@@ -124,6 +124,20 @@ impl BlockTree {
         self.update_gaps(leaf, 0);
         self.update_gaps(right, 0);
         right
+    }
+
+    /// Makes room for a split all the way up (a leaf, an inner node per
+    /// level, a new root) and for the free lists to take back every node,
+    /// so that neither the split nor a later unlink allocates: a space
+    /// that cannot grow refuses an allocation rather than panic.
+    pub(super) fn reserve_split(&mut self) -> Result<(), VmapError> {
+        let none = |_| VmapError::NodePoolExhausted;
+        let up = self.height + 1;
+        self.leaves.try_reserve(1).map_err(none)?;
+        self.inners.try_reserve(up).map_err(none)?;
+        let (l, i) = (self.leaves.len() + 1, self.inners.len() + up);
+        self.free_leaves.try_reserve(l).map_err(none)?;
+        self.free_inners.try_reserve(i).map_err(none)
     }
 
     fn take<T>(v: &mut Vec<T>, free: &mut Vec<u32>, x: T) -> u32 {

@@ -8,72 +8,10 @@ use std::vec::Vec;
 const PAGE: u64 = 4096;
 
 impl BlockTree {
-    /// Every invariant: leaf chain in address order and complete,
-    /// `prev_end`s, separators, parent links, gaps, counts.
+    /// Every invariant (`check.rs`), and the areas as `areas` lists them.
     fn check(&self) {
-        let mut leaves = Vec::new();
-        self.collect(self.root, self.height, NONE, &mut leaves);
-        let mut leaf = self.first_leaf();
-        let mut prev_end = self.start;
-        let mut i = 0;
-        while leaf != NONE {
-            assert_eq!(leaf, leaves[i], "the chain follows the tree");
-            let l = &self.leaves[leaf as usize];
-            assert!(l.n > 0, "no empty leaf stays linked");
-            assert_eq!(l.prev_end, prev_end, "leaf {leaf}");
-            assert!(
-                l.rec[l.n..].iter().all(|r| r.start == u64::MAX),
-                "unused starts of {leaf}"
-            );
-            for k in 0..l.n {
-                assert!(l.rec[k].start >= prev_end && l.rec[k].end >= l.rec[k].start);
-                prev_end = l.rec[k].end;
-            }
-            leaf = l.next;
-            i += 1;
-        }
-        assert_eq!(i, leaves.len());
-        assert_eq!(prev_end, self.end, "the sentinel ends the chain");
+        assert_eq!(self.check_tree(), Ok(self.areas));
         assert_eq!(self.areas().len(), self.areas);
-    }
-
-    /// Checks the subtree at `node`; returns (largest gap, lowest start,
-    /// highest start) and appends its leaves.
-    fn collect(
-        &self,
-        node: u32,
-        height: usize,
-        parent: u32,
-        out: &mut Vec<u32>,
-    ) -> (u64, u64, u64) {
-        assert_eq!(self.parent(node, height), parent);
-        if height == 0 {
-            out.push(node);
-            let l = &self.leaves[node as usize];
-            return (self.leaf_gap(node), l.rec[0].start, l.rec[l.n - 1].start);
-        }
-        let n = &self.inners[node as usize];
-        assert!(n.n >= 1 && (node != self.root || n.n >= 2));
-        assert!(
-            n.gap[n.n..].iter().all(|&g| g == 0),
-            "unused gaps of {node}"
-        );
-        assert!(
-            n.key[n.n..].iter().all(|&k| k == u64::MAX),
-            "unused keys of {node}"
-        );
-        let (mut gap, mut lo, mut hi) = (0, u64::MAX, 0);
-        for c in 0..n.n {
-            let (g, l, h) = self.collect(n.child[c], height - 1, node, out);
-            assert_eq!(n.gap[c], g, "gap of child {c} of {node}");
-            if c > 0 {
-                assert!(n.key[c] <= l && n.key[c] > hi, "separator {c} of {node}");
-            }
-            gap = gap.max(g);
-            lo = lo.min(l);
-            hi = hi.max(h);
-        }
-        (gap, lo, hi)
     }
 }
 

@@ -7,11 +7,15 @@
 //! [`DefaultPolicy`] names the one the fronts use.
 
 mod augmented;
+#[cfg(feature = "alloc")]
+mod blocks;
 mod btree;
 mod free_vmap_cache;
 mod linear;
 
 pub use augmented::Augmented;
+#[cfg(feature = "alloc")]
+pub use blocks::Blocks;
 pub use btree::BTree;
 pub use free_vmap_cache::FreeVmapCache;
 pub use linear::Linear;
@@ -23,7 +27,13 @@ use crate::request::Fit;
 use crate::tree::{NoAug, Tree};
 
 /// The policy the fronts (`GlobalVmap`, `ShardedVmap`, feature `alloc`)
-/// use unless told otherwise.
+/// use unless told otherwise: [`Blocks`], whose nodes come from the heap,
+/// so [`Augmented`] without `alloc`.
+#[cfg(feature = "alloc")]
+pub type DefaultPolicy = Blocks;
+/// The policy the fronts use unless told otherwise: [`Augmented`] without
+/// `alloc` (`Blocks` takes its nodes from the heap).
+#[cfg(not(feature = "alloc"))]
 pub type DefaultPolicy = Augmented;
 
 /// The busy tree (`vmap_area_root`): allocated areas by address.

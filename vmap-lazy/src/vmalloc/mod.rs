@@ -39,11 +39,13 @@ use crate::vmap_block::VmapBlocks;
 use alloc::vec::Vec;
 use arch_api::{CpuLocal, MapFlags, PageTableLayout, PhysAddr, Platform, TlbFlush, VirtAddr};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use vmap_core::{AllocRequest, Augmented, GlobalVmap, ShardedVmap, VmapArea, VmapError, VmapNodes};
+use vmap_core::{
+    AllocRequest, DefaultPolicy, GlobalVmap, ShardedVmap, VmapArea, VmapError, VmapNodes,
+};
 
 /// One space under one lock, searched by `F` (Linux before 6.9): the
 /// default front.
-pub type OneSpace<K, F = Augmented> = GlobalVmap<<K as Platform>::Lock, NodeLazy, F>;
+pub type OneSpace<K, F = DefaultPolicy> = GlobalVmap<<K as Platform>::Lock, NodeLazy, F>;
 
 /// Sharded `vmap_node`s with partitioned free space (Linux 6.9 and
 /// beyond; vmap-core's [`ShardedVmap`]).

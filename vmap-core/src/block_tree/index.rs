@@ -1,0 +1,192 @@
+//! `BlockTree` as a space's busy index: what
+//! [`Blocks`](crate::Blocks) asks of it. Each area carries the node
+//! `VmapSpace` keeps for it (its `parked` flag, its place in the sharded
+//! front's pools), so lookups by address answer with that node.
+
+use super::{BlockTree, NONE, Path, Rec, Slot};
+use crate::busy::BusyIndex;
+use crate::error::VmapError;
+use crate::node::{NodeArena, NodeIdx};
+use crate::request::Fit;
+
+impl BlockTree {
+    /// The lowest address satisfying `fit`, without taking it; counts the
+    /// levels searched.
+    pub(crate) fn lowest_fit(&self, fit: &Fit, visited: &mut u32) -> Option<u64> {
+        let mut path = Path::default();
+        *visited += self.height as u32 + 1;
+        let whole =
+            fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
+        let found = if whole {
+            self.find_whole(&mut path, fit.size, fit.align)
+        } else {
+            self.find(&mut path, fit)
+        };
+        found.map(|(_, a, _)| a)
+    }
+
+    /// Whether `[a, a + size)` (pages inside the space) is all free: the
+    /// lowest fit within exactly that range is `a` or nothing.
+    pub(crate) fn range_free(&self, a: u64, size: u64, visited: &mut u32) -> bool {
+        let fit = Fit {
+            size,
+            align: self.page_size,
+            phase: 0,
+            nocross: 0,
+            vstart: a,
+            vend: a + size,
+        };
+        self.lowest_fit(&fit, visited) == Some(a)
+    }
+
+    /// Links `r`, whose range lies inside one gap, into that gap: the way
+    /// down by address, as `free` goes.
+    fn insert_at(&mut self, r: Rec) -> Result<(), VmapError> {
+        let mut path = Path::default();
+        let mut leaf = self.descend(&mut path, r.start);
+        let l = &self.leaves[leaf as usize];
+        let mut i = l.rec.partition_point(|x| x.start < r.start);
+        if i == l.n {
+            // The gap is the one before the next leaf's first area (there
+            // is a next leaf: the last one ends with the sentinel).
+            self.next_path(&mut path);
+            leaf = l.next;
+            i = 0;
+        }
+        let l = &self.leaves[leaf as usize];
+        let gs = if i > 0 { l.rec[i - 1].end } else { l.prev_end };
+        let ge = l.rec[i].start;
+        if r.start < gs || r.end > ge || r.start == self.end {
+            return Err(VmapError::NoSpace {
+                size: r.end - r.start,
+                align: self.page_size,
+                vstart: r.start,
+                vend: r.end,
+            });
+        }
+        self.insert(&path, Slot { leaf, i }, r, ge - gs)
+    }
+
+    /// The slot after `s`, or `None` past the sentinel.
+    fn next_slot(&self, s: Slot) -> Option<Slot> {
+        let l = &self.leaves[s.leaf as usize];
+        if s.i + 1 < l.n {
+            return Some(Slot { i: s.i + 1, ..s });
+        }
+        (l.next != NONE).then_some(Slot { leaf: l.next, i: 0 })
+    }
+
+    /// The slot before `s`, or `None` at the first area.
+    fn prev_slot(&self, s: Slot) -> Option<Slot> {
+        if s.i > 0 {
+            return Some(Slot { i: s.i - 1, ..s });
+        }
+        match self.prev_leaf(s.leaf) {
+            NONE => None,
+            p => Some(Slot {
+                leaf: p,
+                i: self.leaves[p as usize].n - 1,
+            }),
+        }
+    }
+
+    fn rec(&self, s: Slot) -> Rec {
+        self.leaves[s.leaf as usize].rec[s.i]
+    }
+
+    /// The slot of the area starting exactly at `key` (never the
+    /// sentinel's).
+    fn slot_of(&self, key: u64) -> Option<Slot> {
+        let s = self.lookup(key)?;
+        (self.rec(s).start == key && key != self.end).then_some(s)
+    }
+
+    /// The node in slot `s` (`NIL` for the sentinel, whose word is
+    /// `NONE`, the same value).
+    fn val(&self, s: Option<Slot>) -> NodeIdx {
+        s.map_or(NONE, |s| self.rec(s).val)
+    }
+}
+
+impl BusyIndex for BlockTree {
+    fn new(start: u64, end: u64, page_size: u64) -> Result<Self, VmapError> {
+        BlockTree::new(start, end, page_size)
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.areas
+    }
+
+    fn insert<S: NodeArena>(&mut self, s: &mut S, n: NodeIdx) -> Result<(), VmapError> {
+        let node = s.node(n);
+        self.insert_at(Rec {
+            start: node.start,
+            end: node.end,
+            val: n,
+        })
+    }
+
+    fn remove<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) {
+        let r = BlockTree::remove(self, s.node(i).start);
+        debug_assert!(matches!(r, Ok(r) if r.val == i), "node {i} is linked");
+    }
+
+    fn first<S: NodeArena>(&self, _: &S) -> NodeIdx {
+        self.leaves[self.first_leaf() as usize].rec[0].val
+    }
+
+    fn next<S: NodeArena>(&self, s: &S, i: NodeIdx) -> NodeIdx {
+        let at = self.slot_of(s.node(i).start);
+        self.val(at.and_then(|x| self.next_slot(x)))
+    }
+
+    fn prev<S: NodeArena>(&self, s: &S, i: NodeIdx) -> NodeIdx {
+        let at = self.slot_of(s.node(i).start);
+        self.val(at.and_then(|x| self.prev_slot(x)))
+    }
+
+    fn find_start<S: NodeArena>(&self, _: &S, key: u64, visited: &mut u32) -> NodeIdx {
+        *visited += self.height as u32 + 1;
+        self.val(self.slot_of(key))
+    }
+
+    fn floor<S: NodeArena>(&self, _: &S, addr: u64, visited: &mut u32) -> NodeIdx {
+        *visited += self.height as u32 + 1;
+        let s = self.lookup(addr);
+        // At or past the end of the space the sentinel is the floor: the
+        // last area is the one before it.
+        let s = s.and_then(|x| {
+            if self.rec(x).val == NONE {
+                self.prev_slot(x)
+            } else {
+                Some(x)
+            }
+        });
+        self.val(s)
+    }
+
+    fn check<S: NodeArena>(&self, s: &S) -> Result<usize, &'static str> {
+        let n = self.check_tree()?;
+        let mut leaf = self.first_leaf();
+        let mut seen = 0;
+        while leaf != NONE {
+            let l = &self.leaves[leaf as usize];
+            for r in &l.rec[..l.n] {
+                if r.val == NONE {
+                    continue;
+                }
+                let node = s.node(r.val);
+                if (node.start, node.end) != (r.start, r.end) {
+                    return Err("block tree area and its node disagree");
+                }
+                seen += 1;
+            }
+            leaf = l.next;
+        }
+        if seen != n {
+            return Err("block tree area without a node");
+        }
+        Ok(n)
+    }
+}

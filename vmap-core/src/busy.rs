@@ -52,6 +52,19 @@ pub trait BusyIndex: Sized + Send + Sync {
     /// The area starting at `key`, or `NIL`; counts visited nodes.
     fn find_start<S: NodeArena>(&self, s: &S, key: u64, visited: &mut u32) -> NodeIdx;
 
+    /// [`find_start`](Self::find_start) ahead of unlinking what it finds:
+    /// an index may keep the way down for the [`remove`](Self::remove)
+    /// that follows.
+    #[inline]
+    fn find_start_for_unlink<S: NodeArena>(
+        &mut self,
+        s: &S,
+        key: u64,
+        visited: &mut u32,
+    ) -> NodeIdx {
+        self.find_start(s, key, visited)
+    }
+
     /// The area with the largest start `<= addr`, or `NIL`.
     fn floor<S: NodeArena>(&self, s: &S, addr: u64, visited: &mut u32) -> NodeIdx;
 

@@ -135,7 +135,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
             if !fit.accepts(fit.vstart)
                 || !self.policy.find_exact(
                     &self.src,
-                    &self.busy,
+                    &mut self.busy,
                     fit.vstart,
                     fit.size,
                     &mut visited,
@@ -147,7 +147,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
         } else {
             match self
                 .policy
-                .find_fit(&self.src, &self.busy, &fit, &mut visited)
+                .find_fit(&self.src, &mut self.busy, &fit, &mut visited)
             {
                 Some(a) => a,
                 None => {
@@ -225,7 +225,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     #[inline]
     fn search_busy(&mut self, a: u64) -> Result<NodeIdx, VmapError> {
         let mut v = 0;
-        let i = self.busy.find_start(&self.src, a, &mut v);
+        let i = self.busy.find_start_for_unlink(&self.src, a, &mut v);
         self.count_free_search();
         if i == NIL || self.src.node(i).parked {
             return Err(VmapError::NotFound { addr: a });

@@ -9,10 +9,36 @@ use crate::error::VmapError;
 use crate::node::{NodeArena, NodeIdx};
 use crate::request::Fit;
 
+/// A search's way down, kept for the change that follows it: the insert
+/// of what [`BlockTree::lowest_fit`] found, the removal of what
+/// `find_start_for_unlink` found. Any change to the tree drops both.
+#[derive(Clone, Copy)]
+pub(super) struct Hint {
+    pub(super) ins: Option<Found>,
+    pub(super) del: Option<Found>,
+}
+
+impl Hint {
+    pub(super) const NONE: Hint = Hint {
+        ins: None,
+        del: None,
+    };
+}
+
+/// Where a search ended: for the address `key`, the slot, the gap there
+/// (for an insert) and the way down.
+#[derive(Clone, Copy)]
+pub(super) struct Found {
+    pub(super) key: u64,
+    pub(super) slot: Slot,
+    pub(super) gap: u64,
+    pub(super) path: Path,
+}
+
 impl BlockTree {
     /// The lowest address satisfying `fit`, without taking it; counts the
     /// levels searched.
-    pub(crate) fn lowest_fit(&self, fit: &Fit, visited: &mut u32) -> Option<u64> {
+    pub(crate) fn lowest_fit(&mut self, fit: &Fit, visited: &mut u32) -> Option<u64> {
         let mut path = Path::default();
         *visited += self.height as u32 + 1;
         let whole =
@@ -22,12 +48,19 @@ impl BlockTree {
         } else {
             self.find(&mut path, fit)
         };
-        found.map(|(_, a, _)| a)
+        let (slot, a, gap) = found?;
+        self.hint.ins = Some(Found {
+            key: a,
+            slot,
+            gap,
+            path,
+        });
+        Some(a)
     }
 
     /// Whether `[a, a + size)` (pages inside the space) is all free: the
     /// lowest fit within exactly that range is `a` or nothing.
-    pub(crate) fn range_free(&self, a: u64, size: u64, visited: &mut u32) -> bool {
+    pub(crate) fn range_free(&mut self, a: u64, size: u64, visited: &mut u32) -> bool {
         let fit = Fit {
             size,
             align: self.page_size,
@@ -41,7 +74,13 @@ impl BlockTree {
 
     /// Links `r`, whose range lies inside one gap, into that gap: the way
     /// down by address, as `free` goes.
-    fn insert_at(&mut self, r: Rec) -> Result<(), VmapError> {
+    pub(super) fn insert_at(&mut self, r: Rec) -> Result<(), VmapError> {
+        if let Some(f) = self.hint.ins.filter(|f| f.key == r.start) {
+            let l = &self.leaves[f.slot.leaf as usize];
+            if r.end <= l.rec[f.slot.i].start {
+                return self.insert(&f.path, f.slot, r, f.gap);
+            }
+        }
         let mut path = Path::default();
         let mut leaf = self.descend(&mut path, r.start);
         let l = &self.leaves[leaf as usize];
@@ -65,6 +104,24 @@ impl BlockTree {
             });
         }
         self.insert(&path, Slot { leaf, i }, r, ge - gs)
+    }
+
+    /// The slot of the area starting at `key`, its way down kept for the
+    /// removal that may follow.
+    pub(super) fn locate_for_unlink(&mut self, key: u64) -> Option<Slot> {
+        let mut path = Path::default();
+        let leaf = self.descend(&mut path, key);
+        let slot = Slot {
+            leaf,
+            i: self.slot_in(leaf, key)?,
+        };
+        self.hint.del = Some(Found {
+            key,
+            slot,
+            gap: 0,
+            path,
+        });
+        Some(slot)
     }
 
     /// The slot after `s`, or `None` past the sentinel.
@@ -149,6 +206,17 @@ impl BusyIndex for BlockTree {
     fn find_start<S: NodeArena>(&self, _: &S, key: u64, visited: &mut u32) -> NodeIdx {
         *visited += self.height as u32 + 1;
         self.val(self.slot_of(key))
+    }
+
+    fn find_start_for_unlink<S: NodeArena>(
+        &mut self,
+        _: &S,
+        key: u64,
+        visited: &mut u32,
+    ) -> NodeIdx {
+        *visited += self.height as u32 + 1;
+        let slot = self.locate_for_unlink(key);
+        self.val(slot)
     }
 
     fn floor<S: NodeArena>(&self, _: &S, addr: u64, visited: &mut u32) -> NodeIdx {

@@ -33,6 +33,7 @@ use crate::error::VmapError;
 use crate::request::{AllocRequest, Fit};
 use crate::space::check_space;
 use alloc::vec::Vec;
+use index::Hint;
 
 mod check;
 mod index;
@@ -113,7 +114,7 @@ const MAX_HEIGHT: usize = 12;
 
 /// The way down from the root: inner node `node[k]` at level `k` (the root
 /// is 0) and the child `pos[k]` taken in it.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Path {
     node: [u32; MAX_HEIGHT],
     pos: [u8; MAX_HEIGHT],
@@ -159,6 +160,8 @@ pub struct BlockTree {
     end: u64,
     page_size: u64,
     areas: usize,
+    /// What the last search found, for the change that follows it.
+    hint: Hint,
 }
 
 impl BlockTree {
@@ -191,6 +194,7 @@ impl BlockTree {
             end,
             page_size,
             areas: 0,
+            hint: Hint::NONE,
         })
     }
 
@@ -265,6 +269,7 @@ impl BlockTree {
     /// down `path` chose. Fails only when a split finds no memory, with
     /// nothing changed.
     fn insert(&mut self, path: &Path, s: Slot, r: Rec, gap: u64) -> Result<(), VmapError> {
+        self.hint = Hint::NONE;
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
             self.reserve_split()?;
@@ -301,13 +306,22 @@ impl BlockTree {
     /// Takes out the area starting at `addr`, whose gap joins the gaps on
     /// either side.
     fn remove(&mut self, addr: u64) -> Result<Rec, VmapError> {
-        let mut path = Path::default();
-        let leaf = self.descend(&mut path, addr);
+        // A lookup for this very removal went down already (`VmapSpace`
+        // looks an area up, checks it, then unlinks it).
+        let hint = self.hint.del.filter(|f| f.key == addr);
+        self.hint = Hint::NONE;
+        let (mut path, leaf, i) = match hint {
+            Some(f) => (f.path, f.slot.leaf, f.slot.i),
+            None => {
+                let mut path = Path::default();
+                let leaf = self.descend(&mut path, addr);
+                match self.slot_in(leaf, addr) {
+                    Some(i) => (path, leaf, i),
+                    None => return Err(VmapError::NotFound { addr }),
+                }
+            }
+        };
         let l = &self.leaves[leaf as usize];
-        let i = l.rec.partition_point(|r| r.start < addr);
-        if i == l.n || l.rec[i].start != addr || addr == self.end {
-            return Err(VmapError::NotFound { addr });
-        }
         let r = l.rec[i];
         if l.n == 1 {
             // The leaf empties: the rare, general way.
@@ -341,6 +355,14 @@ impl BlockTree {
         }
         self.areas -= 1;
         Ok(r)
+    }
+
+    /// The slot of the area starting exactly at `addr` in `leaf`, where the
+    /// separators put it.
+    fn slot_in(&self, leaf: u32, addr: u64) -> Option<usize> {
+        let l = &self.leaves[leaf as usize];
+        let i = l.rec.partition_point(|r| r.start < addr);
+        (i < l.n && l.rec[i].start == addr && addr != self.end).then_some(i)
     }
 
     /// The busy area containing `addr`, as `(start, end)`.

@@ -221,3 +221,41 @@ fn finds_the_area_around_an_address_and_refuses_bad_frees() {
     assert!(BlockTree::new(0, PAGE, 3).is_err());
     t.check();
 }
+
+/// A search's way down serves the change that follows it, never one after
+/// the tree changed in between (`index.rs`'s hints).
+#[test]
+fn kept_ways_down_do_not_outlive_a_change() {
+    let (start, end) = (16 * PAGE, 1024 * PAGE);
+    let mut t = BlockTree::new(start, end, PAGE).unwrap();
+    let a: Vec<u64> = (0..12).map(|_| t.alloc(2 * PAGE, PAGE).unwrap()).collect();
+    // A hole at a[6]; a lowest fit finds it; a[2] goes before the insert:
+    // the slot the search kept moved down by one.
+    t.free(a[6]).unwrap();
+    let fit = Fit {
+        size: 2 * PAGE,
+        align: PAGE,
+        phase: 0,
+        nocross: 0,
+        vstart: start,
+        vend: end,
+    };
+    assert_eq!(t.lowest_fit(&fit, &mut 0), Some(a[6]));
+    t.free(a[2]).unwrap();
+    let r = Rec {
+        start: a[6],
+        end: a[6] + 2 * PAGE,
+        val: 7,
+    };
+    t.insert_at(r).unwrap();
+    t.check();
+    assert!(t.areas().contains(&(a[6], a[6] + 2 * PAGE)));
+    assert!(!t.areas().contains(&(a[2], a[2] + 2 * PAGE)));
+    // A lookup for a removal, then an insert before it, then the removal.
+    assert!(t.locate_for_unlink(a[9]).is_some());
+    assert_eq!(t.alloc(2 * PAGE, PAGE), Ok(a[2]));
+    assert_eq!(t.free(a[9]), Ok(2 * PAGE));
+    t.check();
+    assert!(!t.areas().contains(&(a[9], a[9] + 2 * PAGE)));
+    assert_eq!(t.areas().len(), 11);
+}

@@ -35,7 +35,7 @@ impl Search for Augmented {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        _: &BusyTree,
+        _: &mut BusyTree,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64> {
@@ -47,7 +47,7 @@ impl Search for Augmented {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        _: &BusyTree,
+        _: &mut BusyTree,
         a: u64,
         size: u64,
         visited: &mut u32,

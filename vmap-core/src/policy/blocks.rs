@@ -34,7 +34,7 @@ impl Search for Blocks {
     fn find_fit<S: NodeArena>(
         &mut self,
         _: &S,
-        busy: &BlockTree,
+        busy: &mut BlockTree,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64> {
@@ -44,7 +44,7 @@ impl Search for Blocks {
     fn find_exact<S: NodeArena>(
         &mut self,
         _: &S,
-        busy: &BlockTree,
+        busy: &mut BlockTree,
         a: u64,
         size: u64,
         visited: &mut u32,

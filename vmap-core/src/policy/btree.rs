@@ -79,7 +79,7 @@ impl Search for BTree {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        _: &BusyTree,
+        _: &mut BusyTree,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64> {
@@ -89,7 +89,7 @@ impl Search for BTree {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        _: &BusyTree,
+        _: &mut BusyTree,
         a: u64,
         size: u64,
         visited: &mut u32,

@@ -60,7 +60,7 @@ impl Search for FreeVmapCache {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &mut BusyTree,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64> {
@@ -118,7 +118,7 @@ impl Search for FreeVmapCache {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &mut BusyTree,
         a: u64,
         size: u64,
         visited: &mut u32,

@@ -27,7 +27,7 @@ impl Search for Linear {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &mut BusyTree,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64> {
@@ -39,7 +39,7 @@ impl Search for Linear {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &BusyTree,
+        busy: &mut BusyTree,
         a: u64,
         size: u64,
         visited: &mut u32,

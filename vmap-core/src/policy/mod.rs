@@ -114,7 +114,7 @@ pub trait Search: Sized {
     fn find_fit<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &Self::Busy,
+        busy: &mut Self::Busy,
         fit: &Fit,
         visited: &mut u32,
     ) -> Option<u64>;
@@ -123,7 +123,7 @@ pub trait Search: Sized {
     fn find_exact<S: NodeArena>(
         &mut self,
         s: &S,
-        busy: &Self::Busy,
+        busy: &mut Self::Busy,
         a: u64,
         size: u64,
         visited: &mut u32,

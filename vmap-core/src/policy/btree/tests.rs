@@ -23,10 +23,10 @@ fn fit(size: u64, align: u64) -> Fit {
 /// one through the policy (claims of single pages).
 fn with_busy(s: &mut Pool<4096>, pages: u64, busy: impl Iterator<Item = u64>) -> BTree {
     let mut t = BTree::init(s, 0, pages * P).unwrap();
-    let empty: BusyTree = Tree::new();
+    let mut empty: BusyTree = Tree::new();
     for p in busy {
         let mut v = 0;
-        assert!(t.find_exact(s, &empty, p * P, P, &mut v));
+        assert!(t.find_exact(s, &mut empty, p * P, P, &mut v));
         t.claim(s, p * P, P, NIL).unwrap();
     }
     t
@@ -64,23 +64,23 @@ fn lowest_fit_over_many_leaves_matches_a_scan() {
         t.release(&mut s, p * P, (p + 1) * P, NIL, NIL);
     }
     let mut v = 0;
-    let empty: BusyTree = Tree::new();
+    let mut empty: BusyTree = Tree::new();
     assert_eq!(
-        t.find_fit(&s, &empty, &fit(5 * P, P), &mut v),
+        t.find_fit(&s, &mut empty, &fit(5 * P, P), &mut v),
         Some(448 * P)
     );
-    assert_eq!(t.find_fit(&s, &empty, &fit(2 * P, P), &mut v), Some(P));
+    assert_eq!(t.find_fit(&s, &mut empty, &fit(2 * P, P), &mut v), Some(P));
     // Aligned to 4 pages: the first 2-page hole at a multiple of 4.
     assert_eq!(
-        t.find_fit(&s, &empty, &fit(2 * P, 4 * P), &mut v),
+        t.find_fit(&s, &mut empty, &fit(2 * P, 4 * P), &mut v),
         Some(4 * P)
     );
     let mut w = fit(P, P);
     w.vstart = 300 * P;
-    assert_eq!(t.find_fit(&s, &empty, &w, &mut v), Some(301 * P));
+    assert_eq!(t.find_fit(&s, &mut empty, &w, &mut v), Some(301 * P));
     w.vend = 301 * P;
-    assert_eq!(t.find_fit(&s, &empty, &w, &mut v), None);
-    assert_eq!(t.find_fit(&s, &empty, &fit(9 * P, P), &mut v), None);
+    assert_eq!(t.find_fit(&s, &mut empty, &w, &mut v), None);
+    assert_eq!(t.find_fit(&s, &mut empty, &fit(9 * P, P), &mut v), None);
 }
 
 /// Freeing every busy page in a shuffled order merges all blocks back
@@ -121,10 +121,10 @@ fn frees_merge_across_leaves_and_return_nodes() {
 fn claims_that_empty_leaves_unlink_them() {
     let mut s = test_pool::<4096>();
     let mut t = with_busy(&mut s, 400, (0..100).map(|k| 4 * k));
-    let empty: BusyTree = Tree::new();
+    let mut empty: BusyTree = Tree::new();
     loop {
         let mut v = 0;
-        let Some(a) = t.find_fit(&s, &empty, &fit(P, P), &mut v) else {
+        let Some(a) = t.find_fit(&s, &mut empty, &fit(P, P), &mut v) else {
             break;
         };
         t.claim(&mut s, a, P, NIL).unwrap();
@@ -139,9 +139,9 @@ fn claims_that_empty_leaves_unlink_them() {
 fn claim_reports_exhaustion_unchanged() {
     let mut s = test_pool::<8>();
     let mut t = BTree::init(&mut s, 0, 10 * P).unwrap();
-    let empty: BusyTree = Tree::new();
+    let mut empty: BusyTree = Tree::new();
     let mut v = 0;
-    assert_eq!(t.find_fit(&s, &empty, &fit(P, P), &mut v), Some(0));
+    assert_eq!(t.find_fit(&s, &mut empty, &fit(P, P), &mut v), Some(0));
     // The reserve wants two more nodes: the 8-slot pool has one.
     assert_eq!(
         t.claim(&mut s, 0, P, NIL),

@@ -31,7 +31,7 @@ pub enum LoopPolicy {
     Eager,
     /// The 2010 fix: free area cache + lazy-max-pages.
     FreeAreaCache,
-    /// Augmented free tree + lazy-max-pages (the default).
+    /// Augmented free tree (Linux since 5.2) + lazy-max-pages.
     Augmented,
     /// Linear search + purge when a lookup visited more than N nodes.
     LookupCost,

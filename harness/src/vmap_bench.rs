@@ -9,12 +9,13 @@
 //! allocates one and frees a random live one; it reports ns per step and
 //! the address-space high-water mark (fragmentation).
 //!
-//! Besides the default policy, the rows `vmap-core-augmented`,
-//! `vmap-core-btree` (each free-area policy by name) and `vmap-core-sharded`
-//! (the per-node front with its size-class pools, one node: the path a
-//! vmalloc user takes) are measured, and `vmap-core-blocktree`: the
-//! `BlockTree` prototype of issue 20 (one B+tree of busy areas whose gaps
-//! are the free blocks), on its own, before it goes under `VmapSpace`.
+//! Besides the default policy (`vmap-core`: `Blocks`, one B+tree of busy
+//! areas whose gaps are the free blocks), the rows `vmap-core-augmented`
+//! (the two-tree default before it, Linux's since 5.2), `vmap-core-btree`
+//! (each free-area policy by name) and `vmap-core-sharded` (the per-node
+//! front with its size-class pools, one node: the path a vmalloc user
+//! takes) are measured, and `vmap-core-blocktree`: `Blocks`' tree on its
+//! own, without the `VmapSpace` around it (no area nodes, no stats).
 //!
 //! The `vmem` peer (Bonwick arena) needs nightly: it is built only with the
 //! harness feature `nightly-peers`
@@ -80,9 +81,9 @@ pub enum Allocator {
     /// vmap-core's sharded front (one node, size-class pools of depth 64).
     #[value(name = "vmap-core-sharded")]
     VmapCoreSharded,
-    /// vmap-core's `BlockTree` prototype (issue 20): busy areas in one
-    /// B+tree, the free blocks the gaps between them; not yet under
-    /// `VmapSpace` (no lock, nodes from a `Vec`).
+    /// `Blocks`' tree on its own (`vmap_core::block_tree::BlockTree`): busy
+    /// areas in one B+tree, the free blocks the gaps between them, without
+    /// the `VmapSpace` around it.
     #[value(name = "vmap-core-blocktree")]
     VmapCoreBlockTree,
     /// rust-vmm's vm-allocator (interval tree, first match).

@@ -31,14 +31,18 @@
 //! for like arch-api's `FrameSource`: `&self`, `u64` sizes, `FrameError`):
 //! no global state and no heap unless the `alloc` feature is on.
 //!
-//! The seam is [`FreeAreaSearch`]: how a free block is found. Four policies,
-//! identical placement: [`Linear`] (2010 baseline), [`FreeVmapCache`]
-//! (2010 fix), [`Augmented`] (free tree with subtree maxima) and [`BTree`]
-//! (wide nodes with per-slot maxima); [`DefaultPolicy`] is the fronts'.
+//! The seam is [`FreeAreaSearch`]: how a free block is found, and where
+//! busy areas are kept for it. Five policies, identical placement:
+//! [`Linear`] (2010 baseline), [`FreeVmapCache`] (2010 fix), [`Augmented`]
+//! (free tree with subtree maxima, Linux since 5.2), [`BTree`] (wide nodes
+//! with per-slot maxima) and, with `alloc`, `Blocks` (no free index: one
+//! B+tree of busy areas whose gaps are the free blocks, each inner slot
+//! keeping the largest gap below it); [`DefaultPolicy`] is `Blocks` with
+//! `alloc`, `Augmented` without.
 //!
-//! Start reading at `space.rs`, then `policy/`, `free_tree.rs` and `tree.rs`.
-//! `block_tree/` (feature `testing`, not yet API) is the prototype of one
-//! B+tree in place of the busy and free trees (issue 20).
+//! Start reading at `space.rs`, then `policy/`, `busy.rs` (where busy
+//! areas are found by address) and `block_tree/`; the two-tree policies'
+//! trees are `free_tree.rs` and `tree.rs`.
 //! With `alloc`, the `sharded` module adds per-node fronts (Linux 6.9's split
 //! of the global vmap lock, 2024) and a global-lock
 //! variant behind the shared `VmapNodes` trait.

@@ -1,6 +1,6 @@
-//! `cargo +nightly fuzz run differential` (from vmap-core/): the four
-//! policies and the `BlockTree` prototype against the brute-force reference
-//! model, driven by fuzzer bytes.
+//! `cargo +nightly fuzz run differential` (from vmap-core/): the five
+//! policies and `Blocks`' tree on its own (`BlockTree`) against the
+//! brute-force reference model, driven by fuzzer bytes.
 //! Every operation's result must agree; the `debug` feature checks every
 //! invariant after each operation.
 #![no_main]
@@ -12,7 +12,7 @@ use common::{Reference, Req, span};
 use libfuzzer_sys::fuzz_target;
 use vmap_core::block_tree::BlockTree;
 use vmap_core::{
-    AllocRequest, Augmented, BTree, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
+    AllocRequest, Augmented, BTree, Blocks, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr,
     VmapSpace,
 };
 
@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let mut fac = space::<FreeVmapCache>();
     let mut aug = space::<Augmented>();
     let mut bt = space::<BTree>();
+    let mut bl = space::<Blocks>();
     let mut blk = BlockTree::new(BASE, BASE + PAGES * P, P).unwrap();
     let mut reference = Reference::new(BASE, BASE + PAGES * P, P);
     for op in data.chunks_exact(6) {
@@ -77,6 +78,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(fac.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(aug.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(bt.alloc_request(&q).map(|a| span(&a).0), want);
+            assert_eq!(bl.alloc_request(&q).map(|a| span(&a).0), want);
             assert_eq!(blk.alloc_request(&q), want);
         } else {
             let addr = if reference.busy.is_empty() || op[0] & 2 != 0 {
@@ -90,6 +92,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(fac.free_two_search(a).map(|x| span(&x)), want);
             assert_eq!(aug.free(a).map(|x| span(&x)), want);
             assert_eq!(bt.find_unlink(a).map(|x| span(&x)), want);
+            assert_eq!(bl.free(a).map(|x| span(&x)), want);
             assert_eq!(blk.free(addr), want.map(|(s, e)| e - s));
         }
     }

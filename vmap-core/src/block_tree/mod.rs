@@ -1,10 +1,10 @@
 //! `BlockTree`: a space's busy areas in one B+tree whose free blocks are the
-//! gaps between them (issue 20's aged workload; a prototype, not yet under
-//! [`VmapSpace`](crate::VmapSpace)).
+//! gaps between them: the busy index of [`Blocks`](crate::Blocks), the
+//! default policy with `alloc` (issue 20's aged workload).
 //!
-//! `VmapSpace` keeps two balanced binary trees, one of busy areas (to find an
-//! area by address) and one of free blocks (to find the lowest fit), and an
-//! allocation or a free changes both: about 1 400 instructions a step at
+//! The other policies keep two trees, one of busy areas (to find an area
+//! by address) and one of free blocks (to find the lowest fit), and an
+//! allocation or a free changes both: about 1 500 instructions a step at
 //! 1 000 live areas, and a cache miss per level at 100 000. Here the busy
 //! areas are the only records: wide leaves hold their `[start, end)` in
 //! address order, the free block before an area is the gap between it and
@@ -19,14 +19,17 @@
 //! stopping at the first level whose largest gap does not move; splits and
 //! unlinks (`shape.rs`) are rare and use parent links.
 //!
-//! Behind the `testing` feature while it is a prototype: measured in
-//! BENCHMARKS.md (session 23) with `harness vmap-bench --pattern aged
-//! --allocator vmap-core-blocktree`. It takes [`AllocRequest`]s (bounds,
-//! `phase`, `nocross`, exact addresses) with `VmapSpace`'s errors and
-//! placement (vmap-core's differential test runs it beside the four
-//! policies). What `VmapSpace` needs before it can run on it: nodes from
-//! a `NodeSource` (it grows a `Vec`), so that it builds without `alloc`;
-//! stats; the sharded front's parked areas; `VmapArea`'s node id.
+//! Under `VmapSpace` (`index.rs`) each area carries the space's node for
+//! it (its `parked` flag, the sharded front's pools), and a search keeps
+//! its way down for the insert or removal that follows. Its own nodes
+//! come from a `Vec` (hence `alloc`), reserved before a split so that a
+//! heap that cannot grow makes an allocation fail, not panic.
+//!
+//! On its own (this module is public with the `testing` feature) it takes
+//! [`AllocRequest`]s with `VmapSpace`'s errors and placement: `harness
+//! vmap-bench --pattern aged --allocator vmap-core-blocktree` measures the
+//! tree without the space around it (BENCHMARKS.md, sessions 23-24), and
+//! vmap-core's differential test runs it beside the policies.
 
 use crate::VirtAddr;
 use crate::error::VmapError;

@@ -1,4 +1,4 @@
-//! `augmented` (the default): a second tree of FREE blocks with the largest
+//! `augmented` (the default without `alloc`): a second tree of FREE blocks with the largest
 //! block size per subtree ([`crate::free_tree`]); lowest fit in O(log n),
 //! frees merge with both neighbours. What Linux has used since 5.2.
 

@@ -1,10 +1,12 @@
 //! The `FreeAreaSearch` seam: how the lowest fitting free block is found.
 //!
-//! Four policies, one file each, all producing exactly the same placement:
+//! Five policies, one file each, all producing exactly the same placement:
 //! [`Linear`] (the 2010 baseline), [`FreeVmapCache`] (the 2010 fix),
-//! [`Augmented`] (a free tree with subtree maxima, Linux since 5.2) and
-//! [`BTree`] (wide nodes with per-slot maxima, the maple-tree shape).
-//! [`DefaultPolicy`] names the one the fronts use.
+//! [`Augmented`] (a free tree with subtree maxima, Linux since 5.2),
+//! [`BTree`] (wide nodes with per-slot maxima, the maple-tree shape) and,
+//! with `alloc`, `Blocks` (no free index: the busy index's gaps).
+//! [`DefaultPolicy`] names the one the fronts use. A policy names its busy
+//! index too ([`Search::Busy`]): the AVL [`BusyTree`] for the first four.
 
 mod augmented;
 #[cfg(feature = "alloc")]

@@ -17,6 +17,23 @@ use crate::node::{NodeArena, NodeIdx};
 use crate::request::Fit;
 
 /// Lowest fit through the gaps of the busy index itself.
+///
+/// ```
+/// use vmap_core::{Blocks, VecSource, VirtAddr, VmapError, VmapSpace};
+///
+/// const PAGE: u64 = 4096;
+/// let (start, end) = (VirtAddr::new(0x1000_0000), VirtAddr::new(0x2000_0000));
+/// let mut space = VmapSpace::<Blocks, _>::new(start, end, PAGE, VecSource::new())?;
+/// let a = space.alloc(4 * PAGE, PAGE, start, end)?;
+/// let b = space.alloc(PAGE, PAGE, start, end)?;
+/// space.free(a.va_start)?;
+/// // The gap `a` left is the lowest fit for an aligned pair of pages.
+/// let c = space.alloc(2 * PAGE, 2 * PAGE, start, end)?;
+/// assert_eq!(c.va_start, start);
+/// assert_eq!(space.find(b.va_start), Some(b));
+/// space.check_invariants().unwrap();
+/// # Ok::<(), VmapError>(())
+/// ```
 pub struct Blocks;
 
 impl FreeAreaSearch for Blocks {

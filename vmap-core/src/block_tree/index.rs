@@ -10,19 +10,48 @@ use crate::node::{NodeArena, NodeIdx};
 use crate::request::Fit;
 
 /// A search's way down, kept for the change that follows it: the insert
-/// of what [`BlockTree::lowest_fit`] found, the removal of what
-/// `find_start_for_unlink` found. Any change to the tree drops both.
+/// of what [`BlockTree::lowest_fit`] found (`Ins`), the removal of what
+/// `find_start_for_unlink` found (`Del`). Any change to the tree drops it
+/// (`None`: one byte written, the way down left as it was).
 #[derive(Clone, Copy)]
 pub(super) struct Hint {
-    pub(super) ins: Option<Found>,
-    pub(super) del: Option<Found>,
+    pub(super) kind: HintKind,
+    pub(super) found: Found,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum HintKind {
+    None,
+    Ins,
+    Del,
 }
 
 impl Hint {
-    pub(super) const NONE: Hint = Hint {
-        ins: None,
-        del: None,
-    };
+    pub(super) fn new() -> Hint {
+        Hint {
+            kind: HintKind::None,
+            found: Found {
+                key: 0,
+                slot: Slot { leaf: NONE, i: 0 },
+                gap: 0,
+                path: Path::default(),
+            },
+        }
+    }
+
+    /// The way down kept for a change of kind `kind` at `key`, if any.
+    #[inline]
+    pub(super) fn take(&mut self, kind: HintKind, key: u64) -> Option<Found> {
+        let hit = self.kind == kind && self.found.key == key;
+        self.kind = HintKind::None;
+        hit.then_some(self.found)
+    }
+
+    #[inline]
+    fn keep(&mut self, kind: HintKind, found: Found) {
+        self.kind = kind;
+        self.found = found;
+    }
 }
 
 /// Where a search ended: for the address `key`, the slot, the gap there
@@ -49,12 +78,15 @@ impl BlockTree {
             self.find(&mut path, fit)
         };
         let (slot, a, gap) = found?;
-        self.hint.ins = Some(Found {
-            key: a,
-            slot,
-            gap,
-            path,
-        });
+        self.hint.keep(
+            HintKind::Ins,
+            Found {
+                key: a,
+                slot,
+                gap,
+                path,
+            },
+        );
         Some(a)
     }
 
@@ -75,7 +107,7 @@ impl BlockTree {
     /// Links `r`, whose range lies inside one gap, into that gap: the way
     /// down by address, as `free` goes.
     pub(super) fn insert_at(&mut self, r: Rec) -> Result<(), VmapError> {
-        if let Some(f) = self.hint.ins.filter(|f| f.key == r.start) {
+        if let Some(f) = self.hint.take(HintKind::Ins, r.start) {
             let l = &self.leaves[f.slot.leaf as usize];
             if r.end <= l.rec[f.slot.i].start {
                 return self.insert(&f.path, f.slot, r, f.gap);
@@ -115,12 +147,15 @@ impl BlockTree {
             leaf,
             i: self.slot_in(leaf, key)?,
         };
-        self.hint.del = Some(Found {
-            key,
-            slot,
-            gap: 0,
-            path,
-        });
+        self.hint.keep(
+            HintKind::Del,
+            Found {
+                key,
+                slot,
+                gap: 0,
+                path,
+            },
+        );
         Some(slot)
     }
 

@@ -36,7 +36,7 @@ use crate::error::VmapError;
 use crate::request::{AllocRequest, Fit};
 use crate::space::check_space;
 use alloc::vec::Vec;
-use index::Hint;
+use index::{Hint, HintKind};
 
 mod check;
 mod index;
@@ -197,7 +197,7 @@ impl BlockTree {
             end,
             page_size,
             areas: 0,
-            hint: Hint::NONE,
+            hint: Hint::new(),
         })
     }
 
@@ -272,7 +272,7 @@ impl BlockTree {
     /// down `path` chose. Fails only when a split finds no memory, with
     /// nothing changed.
     fn insert(&mut self, path: &Path, s: Slot, r: Rec, gap: u64) -> Result<(), VmapError> {
-        self.hint = Hint::NONE;
+        self.hint.kind = HintKind::None;
         if self.leaves[s.leaf as usize].n == B {
             // A split: the rare, general way.
             self.reserve_split()?;
@@ -311,8 +311,7 @@ impl BlockTree {
     fn remove(&mut self, addr: u64) -> Result<Rec, VmapError> {
         // A lookup for this very removal went down already (`VmapSpace`
         // looks an area up, checks it, then unlinks it).
-        let hint = self.hint.del.filter(|f| f.key == addr);
-        self.hint = Hint::NONE;
+        let hint = self.hint.take(HintKind::Del, addr);
         let (mut path, leaf, i) = match hint {
             Some(f) => (f.path, f.slot.leaf, f.slot.i),
             None => {

@@ -113,6 +113,15 @@ impl BlockTree {
                 return self.insert(&f.path, f.slot, r, f.gap);
             }
         }
+        let taken = || VmapError::NoSpace {
+            size: r.end - r.start,
+            align: self.page_size,
+            vstart: r.start,
+            vend: r.end,
+        };
+        if r.start < self.start || r.end > self.end || r.start >= r.end {
+            return Err(taken());
+        }
         let mut path = Path::default();
         let mut leaf = self.descend(&mut path, r.start);
         let l = &self.leaves[leaf as usize];
@@ -127,13 +136,8 @@ impl BlockTree {
         let l = &self.leaves[leaf as usize];
         let gs = if i > 0 { l.rec[i - 1].end } else { l.prev_end };
         let ge = l.rec[i].start;
-        if r.start < gs || r.end > ge || r.start == self.end {
-            return Err(VmapError::NoSpace {
-                size: r.end - r.start,
-                align: self.page_size,
-                vstart: r.start,
-                vend: r.end,
-            });
+        if r.start < gs || r.end > ge {
+            return Err(taken());
         }
         self.insert(&path, Slot { leaf, i }, r, ge - gs)
     }

@@ -70,14 +70,7 @@ impl BlockTree {
     pub(crate) fn lowest_fit(&mut self, fit: &Fit, visited: &mut u32) -> Option<u64> {
         let mut path = Path::default();
         *visited += self.height as u32 + 1;
-        let whole =
-            fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
-        let found = if whole {
-            self.find_whole(&mut path, fit.size, fit.align)
-        } else {
-            self.find(&mut path, fit)
-        };
-        let (slot, a, gap) = found?;
+        let (slot, a, gap) = self.search(&mut path, fit)?;
         self.hint.keep(
             HintKind::Ins,
             Found {

@@ -256,14 +256,7 @@ impl BlockTree {
     pub fn alloc_request(&mut self, req: &AllocRequest) -> Result<u64, VmapError> {
         let fit = req.validate(self.start, self.end, self.page_size)?;
         let mut path = Path::default();
-        let whole =
-            fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
-        let found = if whole {
-            self.find_whole(&mut path, fit.size, fit.align)
-        } else {
-            self.find(&mut path, &fit)
-        };
-        let (s, a, gap) = found.ok_or_else(|| fit.no_space())?;
+        let (s, a, gap) = self.search(&mut path, &fit).ok_or_else(|| fit.no_space())?;
         self.insert(&path, s, Rec::new(a, fit.size), gap)?;
         Ok(a)
     }
@@ -372,6 +365,18 @@ impl BlockTree {
         let s = self.lookup(addr)?;
         let l = &self.leaves[s.leaf as usize];
         (addr < l.rec[s.i].end).then(|| (l.rec[s.i].start, l.rec[s.i].end))
+    }
+
+    /// Lowest fit for `fit`: the slot before which it goes, its address and
+    /// the gap it goes into, by the plain search when the request is one.
+    fn search(&self, path: &mut Path, fit: &Fit) -> Option<(Slot, u64, u64)> {
+        let whole =
+            fit.phase == 0 && fit.nocross == 0 && fit.vstart == self.start && fit.vend == self.end;
+        if whole {
+            self.find_whole(path, fit.size, fit.align)
+        } else {
+            self.find(path, fit)
+        }
     }
 
     /// Lowest fit for a plain request (size and alignment, anywhere in the

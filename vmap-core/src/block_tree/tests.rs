@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::VmapError;
+use crate::request::Fit;
 use std::vec::Vec;
 
 const PAGE: u64 = 4096;

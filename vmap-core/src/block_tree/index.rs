@@ -137,6 +137,7 @@ impl BlockTree {
 
     /// The slot of the area starting at `key`, its way down kept for the
     /// removal that may follow.
+    #[inline]
     pub(super) fn locate_for_unlink(&mut self, key: u64) -> Option<Slot> {
         let mut path = Path::default();
         let leaf = self.descend(&mut path, key);
@@ -179,6 +180,7 @@ impl BlockTree {
         }
     }
 
+    #[inline]
     fn rec(&self, s: Slot) -> Rec {
         self.leaves[s.leaf as usize].rec[s.i]
     }
@@ -192,6 +194,7 @@ impl BlockTree {
 
     /// The node in slot `s` (`NIL` for the sentinel, whose word is
     /// `NONE`, the same value).
+    #[inline]
     fn val(&self, s: Option<Slot>) -> NodeIdx {
         s.map_or(NONE, |s| self.rec(s).val)
     }

@@ -355,6 +355,7 @@ impl BlockTree {
 
     /// The slot of the area starting exactly at `addr` in `leaf`, where the
     /// separators put it.
+    #[inline]
     fn slot_in(&self, leaf: u32, addr: u64) -> Option<usize> {
         let l = &self.leaves[leaf as usize];
         let i = l.rec.partition_point(|r| r.start < addr);

@@ -2,7 +2,7 @@
 //! (Linux's `vmap_area_root`). A policy names its index
 //! ([`Search::Busy`](crate::policy::Search::Busy)): the AVL tree of
 //! [`BusyTree`] beside a policy's own free index, or, for
-//! [`Blocks`](crate::Blocks), the one B+tree whose gaps are the free blocks.
+//! `Blocks` (feature `alloc`), the one B+tree whose gaps are the free blocks.
 //!
 //! Every busy area is a node of the space's [`NodeArena`] (its `start`,
 //! `end` and `parked` flag); the index finds those nodes by address.

@@ -260,3 +260,77 @@ fn kept_ways_down_do_not_outlive_a_change() {
     assert!(!t.areas().contains(&(a[9], a[9] + 2 * PAGE)));
     assert_eq!(t.areas().len(), 11);
 }
+
+/// The tree as a space's busy index (`index.rs`): every lookup a space
+/// makes answers with the right node, in order, after inserts by address
+/// (into any gap, at a leaf's end too) and removals.
+#[test]
+#[cfg_attr(miri, ignore = "no unsafe code to check, and slow under miri")]
+fn as_a_busy_index_every_lookup_names_the_right_node() {
+    use crate::busy::BusyIndex;
+    use crate::node::{NIL, NodeArena, NodeIdx, NodeTable, VecSource};
+
+    let (start, end) = (0x10_0000, 0x10_0000 + 4096 * PAGE);
+    let mut t = <BlockTree as BusyIndex>::new(start, end, PAGE).unwrap();
+    let mut s = NodeTable::new(VecSource::new());
+    let mut rng = Rng(0x5eed_1dea);
+    // (start, node) in address order: the model.
+    let mut live: Vec<(u64, NodeIdx)> = Vec::new();
+    let v = &mut 0;
+    for step in 0..4000 {
+        if rng.next() % 3 != 0 || live.is_empty() {
+            // A free page anywhere, linked by address (no search before).
+            let a = start + (rng.next() % 4096) * PAGE;
+            if live.iter().any(|&(x, _)| x == a) {
+                continue;
+            }
+            let n = s.alloc_node().unwrap();
+            let node = s.node_mut(n);
+            (node.start, node.end) = (a, a + PAGE);
+            BusyIndex::insert(&mut t, &mut s, n).unwrap();
+            let k = live.partition_point(|&(x, _)| x < a);
+            live.insert(k, (a, n));
+        } else {
+            let k = (rng.next() % live.len() as u64) as usize;
+            let (a, n) = live.remove(k);
+            if step % 2 == 0 {
+                // As `find_unlink` does: a lookup, then the removal.
+                assert_eq!(BusyIndex::find_start_for_unlink(&mut t, &s, a, v), n);
+            }
+            BusyIndex::remove(&mut t, &mut s, n);
+            assert_eq!(BusyIndex::find_start(&t, &s, a, v), NIL);
+        }
+        if step % 97 == 0 {
+            assert_eq!(BusyIndex::check(&t, &s), Ok(live.len()));
+            assert_eq!(BusyIndex::first(&t, &s), live.first().map_or(NIL, |x| x.1));
+            for (k, &(a, n)) in live.iter().enumerate() {
+                assert_eq!(BusyIndex::find_start(&t, &s, a, v), n);
+                assert_eq!(BusyIndex::floor(&t, &s, a + PAGE - 1, v), n);
+                let next = live.get(k + 1).map_or(NIL, |x| x.1);
+                let prev = k.checked_sub(1).map_or(NIL, |j| live[j].1);
+                assert_eq!(
+                    (BusyIndex::next(&t, &s, n), BusyIndex::prev(&t, &s, n)),
+                    (next, prev)
+                );
+            }
+            assert_eq!(
+                BusyIndex::floor(&t, &s, start, v),
+                live.first().filter(|x| x.0 == start).map_or(NIL, |x| x.1)
+            );
+            assert_eq!(
+                BusyIndex::floor(&t, &s, end, v),
+                live.last().map_or(NIL, |x| x.1)
+            );
+        }
+    }
+    // A range that is not free, or outside the space, is refused.
+    if let Some(&(a, _)) = live.first() {
+        let n = s.alloc_node().unwrap();
+        let node = s.node_mut(n);
+        (node.start, node.end) = (a, a + PAGE);
+        assert!(BusyIndex::insert(&mut t, &mut s, n).is_err());
+        (s.node_mut(n).start, s.node_mut(n).end) = (end, end + PAGE);
+        assert!(BusyIndex::insert(&mut t, &mut s, n).is_err());
+    }
+    assert_eq!(BusyIndex::check(&t, &s), Ok(live.len()));
+}

@@ -140,11 +140,7 @@ impl BlockTree {
     #[inline]
     pub(super) fn locate_for_unlink(&mut self, key: u64) -> Option<Slot> {
         let mut path = Path::default();
-        let leaf = self.descend(&mut path, key);
-        let slot = Slot {
-            leaf,
-            i: self.slot_in(leaf, key)?,
-        };
+        let slot = self.locate(&mut path, key)?;
         self.hint.keep(
             HintKind::Del,
             Found {
@@ -188,8 +184,7 @@ impl BlockTree {
     /// The slot of the area starting exactly at `key` (never the
     /// sentinel's).
     fn slot_of(&self, key: u64) -> Option<Slot> {
-        let s = self.lookup(key)?;
-        (self.rec(s).start == key && key != self.end).then_some(s)
+        self.locate(&mut Path::default(), key)
     }
 
     /// The node in slot `s` (`NIL` for the sentinel, whose word is

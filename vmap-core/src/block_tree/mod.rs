@@ -43,8 +43,8 @@ mod index;
 mod search;
 mod shape;
 
-/// Records per leaf and children per inner node: a leaf's `start`/`end`
-/// arrays are four cache lines.
+/// Records per leaf and children per inner node: a leaf's records are six
+/// cache lines, an inner node's separators and gaps four.
 const B: usize = 16;
 const NONE: u32 = u32::MAX;
 
@@ -310,9 +310,8 @@ impl BlockTree {
             Some(f) => (f.path, f.slot.leaf, f.slot.i),
             None => {
                 let mut path = Path::default();
-                let leaf = self.descend(&mut path, addr);
-                match self.slot_in(leaf, addr) {
-                    Some(i) => (path, leaf, i),
+                match self.locate(&mut path, addr) {
+                    Some(s) => (path, s.leaf, s.i),
                     None => return Err(VmapError::NotFound { addr }),
                 }
             }
@@ -353,16 +352,18 @@ impl BlockTree {
         Ok(r)
     }
 
-    /// The slot of the area starting exactly at `addr` in `leaf`, where the
-    /// separators put it. A scan, not the fixed-length binary search:
-    /// each of that search's four steps waits for the load before it,
-    /// which cost the sharded front's pooled free ~20 ns a call in a
-    /// space of a few areas (BENCHMARKS.md, session 24).
+    /// The slot of the area starting exactly at `addr` (never the
+    /// sentinel's), in the leaf the separators put it in; `path` is left
+    /// holding the way down. The leaf step is a scan, not the fixed-length
+    /// binary search: each of that search's four steps waits for the load
+    /// before it, which cost the sharded front's pooled free ~20 ns a call
+    /// in a space of a few areas (BENCHMARKS.md, session 24).
     #[inline]
-    fn slot_in(&self, leaf: u32, addr: u64) -> Option<usize> {
+    fn locate(&self, path: &mut Path, addr: u64) -> Option<Slot> {
+        let leaf = self.descend(path, addr);
         let l = &self.leaves[leaf as usize];
         let i = l.rec[..l.n].iter().position(|r| r.start >= addr)?;
-        (l.rec[i].start == addr && addr != self.end).then_some(i)
+        (l.rec[i].start == addr && addr != self.end).then_some(Slot { leaf, i })
     }
 
     /// The busy area containing `addr`, as `(start, end)`.

@@ -1,10 +1,14 @@
 //! Criterion benches for vmap-core: the test_vmalloc patterns per policy,
-//! allocation cost against the number of busy areas (1k vs 100k), and vfree
-//! with one vs two tree searches. The peers are compared in
+//! allocation cost against the number of busy areas (1k vs 100k), vfree
+//! with one vs two tree searches, and a purge's batch of neighbours. The peers are compared in
 //! `harness vmap-bench`. Run: `cargo bench -p vmap-core --bench vmap`.
 
+use std::time::{Duration, Instant};
+
 use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_main};
-use vmap_core::{Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace};
+use vmap_core::{
+    Augmented, Blocks, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapSpace,
+};
 
 const P: u64 = 4096;
 const S: u64 = 0xffff_c900_0000_0000;
@@ -47,10 +51,12 @@ fn pattern<F: FreeAreaSearch>(c: &mut Criterion, busy: u64) {
 }
 
 fn policies(c: &mut Criterion) {
+    pattern::<Blocks>(c, 0);
     pattern::<Augmented>(c, 0);
     pattern::<FreeVmapCache>(c, 0);
     pattern::<Linear>(c, 0);
-    // long_busy_list: only the augmented and cached policies finish quickly.
+    // long_busy_list: only the tree and cached policies finish quickly.
+    pattern::<Blocks>(c, 15_000);
     pattern::<Augmented>(c, 15_000);
     pattern::<FreeVmapCache>(c, 15_000);
 }
@@ -108,5 +114,47 @@ fn vfree(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, policies, busy_scaling, vfree);
+/// A purge's unlink (`find_unlink_batch`): runs of 64 neighbouring areas
+/// among 10 000, in address order, unlinked in one batch and put back.
+fn purge_batch<F: FreeAreaSearch>(c: &mut Criterion) {
+    let mut g = c.benchmark_group("purge_batch64_10000_busy");
+    let busy = 10_000u64;
+    let mut s = space::<F>();
+    for k in 0..busy {
+        // Pairs of neighbours, then a hole: runs cross both.
+        s.alloc_exact(VirtAddr::new(S + (k + k / 2) * P), P)
+            .unwrap();
+    }
+    let mut x = 3u64;
+    g.bench_function(F::NAME, |b| {
+        // Only the batch is timed, not putting the areas back.
+        b.iter_custom(|iters| {
+            let mut t = Duration::ZERO;
+            for _ in 0..iters {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let first = (x >> 33) % (busy - 64);
+                let run = (first..first + 64).map(|k| VirtAddr::new(S + (k + k / 2) * P));
+                let mut n = 0;
+                let t0 = Instant::now();
+                s.find_unlink_batch(run.clone(), |_, r| n += usize::from(r.is_ok()));
+                t += t0.elapsed();
+                assert_eq!(black_box(n), 64);
+                for a in run {
+                    s.alloc_exact(a, P).unwrap();
+                }
+            }
+            t
+        })
+    });
+    g.finish();
+}
+
+fn purges(c: &mut Criterion) {
+    purge_batch::<Blocks>(c);
+    purge_batch::<Augmented>(c);
+}
+
+criterion_group!(benches, policies, busy_scaling, vfree, purges);
 criterion_main!(benches);

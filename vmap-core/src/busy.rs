@@ -40,6 +40,13 @@ pub trait BusyIndex: Sized + Send + Sync {
     /// Unlinks busy node `i` (its fields stay as they were).
     fn remove<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx);
 
+    /// [`remove`](Self::remove) in a run of removals in address order (a
+    /// purge's batch): an index may keep its way to the area after `i`,
+    /// which the next lookup is likely for.
+    fn remove_in_run<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) {
+        self.remove(s, i);
+    }
+
     /// The lowest area, or `NIL`.
     fn first<S: NodeArena>(&self, s: &S) -> NodeIdx;
 

@@ -4,8 +4,8 @@
 //! mixed orders.
 
 use vmap_core::{
-    Augmented, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapArea, VmapError,
-    VmapSpace,
+    Augmented, Blocks, FreeAreaSearch, FreeVmapCache, Linear, VecSource, VirtAddr, VmapArea,
+    VmapError, VmapSpace,
 };
 
 const P: u64 = 0x1000;
@@ -99,10 +99,18 @@ fn orders() -> Vec<Vec<u64>> {
         .chain([live[0], live[0], E + P])
         .collect();
     let part: Vec<u64> = live.iter().copied().filter(|a| a % 3 != 0).collect();
+    // Runs of neighbours that cross leaves without emptying them.
+    let runs: Vec<u64> = live
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(k, _)| k % 13 > 3)
+        .map(|(_, a)| a)
+        .collect();
     // Ascending, with the starts of freed areas between live ones: the
     // batch must not take a free block for the next busy area.
     let with_holes = all_starts();
-    vec![asc, desc, mixed, part, with_holes, Vec::new()]
+    vec![asc, desc, mixed, part, runs, with_holes, Vec::new()]
 }
 
 #[test]
@@ -111,5 +119,6 @@ fn batch_matches_one_at_a_time() {
         check::<Linear>(&addrs);
         check::<FreeVmapCache>(&addrs);
         check::<Augmented>(&addrs);
+        check::<Blocks>(&addrs);
     }
 }

@@ -11,8 +11,9 @@ use crate::request::Fit;
 
 /// A search's way down, kept for the change that follows it: the insert
 /// of what [`BlockTree::lowest_fit`] found (`Ins`), the removal of what
-/// `find_start_for_unlink` found (`Del`). Any change to the tree drops it
-/// (`None`: one byte written, the way down left as it was).
+/// `find_start_for_unlink` found, or of the area after the one a removal
+/// in a run took out (`Del`). Any other change to the tree drops it (`None`: one
+/// byte written, the way down left as it was).
 #[derive(Clone, Copy)]
 pub(super) struct Hint {
     pub(super) kind: HintKind,
@@ -48,7 +49,7 @@ impl Hint {
     }
 
     #[inline]
-    fn keep(&mut self, kind: HintKind, found: Found) {
+    pub(super) fn keep(&mut self, kind: HintKind, found: Found) {
         self.kind = kind;
         self.found = found;
     }
@@ -139,6 +140,10 @@ impl BlockTree {
     /// removal that may follow.
     #[inline]
     pub(super) fn locate_for_unlink(&mut self, key: u64) -> Option<Slot> {
+        // The area after the one just removed (`remove` keeps its way).
+        if self.hint.kind == HintKind::Del && self.hint.found.key == key {
+            return Some(self.hint.found.slot);
+        }
         let mut path = Path::default();
         let slot = self.locate(&mut path, key)?;
         self.hint.keep(
@@ -216,6 +221,11 @@ impl BusyIndex for BlockTree {
 
     fn remove<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) {
         let r = BlockTree::remove(self, s.node(i).start);
+        debug_assert!(matches!(r, Ok(r) if r.val == i), "node {i} is linked");
+    }
+
+    fn remove_in_run<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) {
+        let r = BlockTree::remove_in_run(self, s.node(i).start);
         debug_assert!(matches!(r, Ok(r) if r.val == i), "node {i} is linked");
     }
 

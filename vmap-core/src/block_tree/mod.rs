@@ -21,7 +21,9 @@
 //!
 //! Under `VmapSpace` (`index.rs`) each area carries the space's node for
 //! it (its `parked` flag, the sharded front's pools), and a search keeps
-//! its way down for the insert or removal that follows. Its own nodes
+//! its way down for the insert or removal that follows; a removal in a
+//! purge's run keeps the way to the area after it, so a run of neighbours
+//! is unlinked without a descent each. Its own nodes
 //! come from a `Vec` (hence `alloc`), reserved before a split so that a
 //! heap that cannot grow makes an allocation fail, not panic.
 //!
@@ -303,6 +305,17 @@ impl BlockTree {
     /// Takes out the area starting at `addr`, whose gap joins the gaps on
     /// either side.
     fn remove(&mut self, addr: u64) -> Result<Rec, VmapError> {
+        self.remove_at(addr, false)
+    }
+
+    /// [`remove`](Self::remove) in a run of removals in address order (a
+    /// purge): keeps the way to the area after `addr` for the next one.
+    fn remove_in_run(&mut self, addr: u64) -> Result<Rec, VmapError> {
+        self.remove_at(addr, true)
+    }
+
+    #[inline(always)]
+    fn remove_at(&mut self, addr: u64, keep_next: bool) -> Result<Rec, VmapError> {
         // A lookup for this very removal went down already (`VmapSpace`
         // looks an area up, checks it, then unlinks it).
         let hint = self.hint.take(HintKind::Del, addr);
@@ -318,6 +331,8 @@ impl BlockTree {
         };
         let l = &self.leaves[leaf as usize];
         let r = l.rec[i];
+        // Where the area after it is now, with its way down in `path`.
+        let mut after = None;
         if l.n == 1 {
             // The leaf empties: the rare, general way.
             self.remove_leaf(leaf);
@@ -337,6 +352,7 @@ impl BlockTree {
             let gap = n.rec[0].start - last;
             self.next_path(&mut path);
             self.raise_gap(&path, k, gap);
+            after = Some(Slot { leaf: next, i: 0 });
         } else {
             let l = &mut self.leaves[leaf as usize];
             let prev = if i > 0 { l.rec[i - 1].end } else { l.prev_end };
@@ -347,8 +363,27 @@ impl BlockTree {
             if let Some(k) = self.height.checked_sub(1) {
                 self.raise_gap(&path, k, merged);
             }
+            after = Some(Slot { leaf, i });
         }
         self.areas -= 1;
+        // The next removal of a run is likely the area after this one,
+        // whose slot and way down are known now (kept like a lookup's, so
+        // any change drops it). Not kept for a lone removal: the copy
+        // costs every free ~30 instructions (BENCHMARKS.md, session 25).
+        if let Some(slot) = after.filter(|_| keep_next) {
+            let key = self.leaves[slot.leaf as usize].rec[slot.i].start;
+            if key != self.end {
+                self.hint.keep(
+                    HintKind::Del,
+                    index::Found {
+                        key,
+                        slot,
+                        gap: 0,
+                        path,
+                    },
+                );
+            }
+        }
         Ok(r)
     }
 

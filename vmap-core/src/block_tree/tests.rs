@@ -334,3 +334,67 @@ fn as_a_busy_index_every_lookup_names_the_right_node() {
     }
     assert_eq!(BusyIndex::check(&t, &s), Ok(live.len()));
 }
+
+#[test]
+fn a_run_of_neighbours_is_removed_by_the_way_kept_from_the_last() {
+    use crate::busy::BusyIndex;
+    use crate::node::{NIL, NodeArena, NodeIdx, NodeTable, VecSource};
+
+    let (start, end) = (0x10_0000, 0x10_0000 + 8192 * PAGE);
+    let mut t = <BlockTree as BusyIndex>::new(start, end, PAGE).unwrap();
+    let mut s = NodeTable::new(VecSource::new());
+    let mut rng = Rng(0x0dd5_eed5);
+    let mut live: Vec<(u64, NodeIdx)> = Vec::new();
+    let link = |t: &mut BlockTree, s: &mut NodeTable<VecSource>, live: &mut Vec<_>, a: u64| {
+        let n = s.alloc_node().unwrap();
+        let node = s.node_mut(n);
+        (node.start, node.end) = (a, a + PAGE);
+        BusyIndex::insert(t, s, n).unwrap();
+        let k = live.partition_point(|&(x, _)| x < a);
+        live.insert(k, (a, n));
+    };
+    // Neighbours with and without gaps between them, over many leaves.
+    for p in 0..8192u64 {
+        if rng.next() % 4 != 0 {
+            link(&mut t, &mut s, &mut live, start + p * PAGE);
+        }
+    }
+    let (v, mut kept) = (&mut 0, 0);
+    while live.len() > 8 {
+        let k = (rng.next() % (live.len() as u64 - 8)) as usize;
+        let run = 1 + (rng.next() % 40) as usize;
+        for _ in 0..run.min(live.len() - k - 1) {
+            let (a, n) = live.remove(k);
+            let hit = t.hint.kind == HintKind::Del && t.hint.found.key == a;
+            kept += usize::from(hit);
+            assert_eq!(BusyIndex::find_start_for_unlink(&mut t, &s, a, v), n);
+            let r = BlockTree::remove_in_run(&mut t, a).unwrap();
+            assert_eq!((r.start, r.val), (a, n));
+            // The way kept names the next area, or nothing.
+            if t.hint.kind == HintKind::Del {
+                assert_eq!(t.hint.found.key, live[k].0);
+                let f = t.hint.found;
+                assert_eq!(t.leaves[f.slot.leaf as usize].rec[f.slot.i].start, f.key);
+            }
+        }
+        if rng.next() % 3 == 0 {
+            // A change in between drops what was kept.
+            let a = start + (rng.next() % 8192) * PAGE;
+            if !live.iter().any(|&(x, _)| x == a) {
+                link(&mut t, &mut s, &mut live, a);
+                assert!(t.hint.kind == HintKind::None);
+            }
+        }
+        assert_eq!(t.check_tree(), Ok(live.len()));
+        assert_eq!(BusyIndex::check(&t, &s), Ok(live.len()));
+    }
+    assert!(kept > 1000, "only {kept} removals found the way kept");
+    // A lone removal keeps nothing (the copy is not free).
+    let (a, _) = live.remove(live.len() / 2);
+    BlockTree::remove(&mut t, a).unwrap();
+    assert!(t.hint.kind == HintKind::None);
+    for &(a, n) in &live {
+        assert_eq!(BusyIndex::find_start(&t, &s, a, v), n);
+    }
+    assert_eq!(BusyIndex::find_start(&t, &s, end, v), NIL);
+}

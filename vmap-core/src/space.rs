@@ -418,10 +418,11 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
 
     #[cfg(feature = "alloc")]
     /// Frees live node `i` (from [`live_at`](Self::live_at)) for real (out
-    /// of line: the sharded front's pooled free stays small).
+    /// of line: the sharded front's pooled free stays small); `in_run`: one
+    /// of a batch of frees in address order.
     #[inline(never)]
-    pub(crate) fn unlink_live(&mut self, i: NodeIdx) -> Result<VmapArea, VmapError> {
-        self.unlink_node(i)
+    pub(crate) fn unlink_live(&mut self, i: NodeIdx, in_run: bool) -> Result<VmapArea, VmapError> {
+        self.unlink_node_in(i, in_run)
     }
 
     #[cfg(feature = "alloc")]

@@ -240,13 +240,23 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
     /// slice's busy tree finds the live area; a size the pool keeps, with
     /// room in its class, is parked, anything else unlinked.
     pub(super) fn free_on(&self, node: u16, addr: VirtAddr) -> Result<VmapArea, VmapError> {
-        let a = addr.as_u64();
         if node as usize >= self.nodes.len() {
             return self.free_reserve(addr);
         }
-        let index = self.slice_of(a);
         let mut st = self.nodes[node as usize].lock();
-        let st = &mut *st;
+        self.free_locked(&mut st, addr.as_u64(), false)
+    }
+
+    /// [`free_on`](Self::free_on) under node's lock, held by the caller
+    /// (`in_run`: one of a batch of frees in address order).
+    #[inline(always)]
+    fn free_locked(
+        &self,
+        st: &mut NodeState<L>,
+        a: u64,
+        in_run: bool,
+    ) -> Result<VmapArea, VmapError> {
+        let index = self.slice_of(a);
         let Some(pos) = st.slices.binary_search_by_key(&index, |s| s.index).ok() else {
             return Err(VmapError::NotFound { addr: a });
         };
@@ -267,7 +277,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
             );
             return Ok(sl.space.park_node(n));
         }
-        sl.space.unlink_live(n)
+        sl.space.unlink_live(n, in_run)
     }
 
     /// Steps 1 to 6 of the module docs for a request without an exact

@@ -10,6 +10,10 @@ use crate::space::VmapArea;
 use crate::sync::atomic::Ordering;
 use arch_api::sync::RawMutex;
 
+/// Frees [`free_batch`](VmapNodes::free_batch) makes under one acquisition
+/// of a node's lock.
+const BATCH_LOCK_BREAK: u32 = 64;
+
 impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     type Lazy = L;
 
@@ -62,6 +66,33 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
             return self.free_reserve(addr);
         }
         self.free_on(owner, addr)
+    }
+
+    /// One lock acquisition per run of addresses one node owns (a purge's
+    /// list is mostly one node's, in address order), re-taken every
+    /// [`BATCH_LOCK_BREAK`] frees so that other CPUs wait a bounded time.
+    fn free_batch(&self, addrs: impl Iterator<Item = VirtAddr>) {
+        let mut held = None;
+        let mut since = 0;
+        for addr in addrs {
+            let a = addr.as_u64();
+            let owner = self
+                .owner_slot(a)
+                .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+            if owner as usize >= self.nodes.len() {
+                drop(held.take());
+                let _ = self.free_reserve(addr);
+                continue;
+            }
+            since += 1;
+            let stale = !matches!(&held, Some((n, _)) if *n == owner);
+            if stale || since > BATCH_LOCK_BREAK {
+                drop(held.take());
+                since = 0;
+            }
+            let (_, st) = held.get_or_insert_with(|| (owner, self.nodes[owner as usize].lock()));
+            let _ = self.free_locked(st, a, true);
+        }
     }
 
     fn find(&self, addr: VirtAddr) -> Option<VmapArea> {

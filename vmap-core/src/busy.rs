@@ -37,6 +37,13 @@ pub trait BusyIndex: Sized + Send + Sync {
         self.insert(s, n)
     }
 
+    /// Makes sure the next [`insert`](Self::insert) cannot fail for lack
+    /// of memory (a resize unlinks an area, then must be able to take its
+    /// range back). An index whose inserts never fail has nothing to do.
+    fn reserve_insert(&mut self) -> Result<(), VmapError> {
+        Ok(())
+    }
+
     /// Unlinks busy node `i` (its fields stay as they were).
     fn remove<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx);
 

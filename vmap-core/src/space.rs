@@ -277,19 +277,24 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// (vrealloc's growth into free space after it): the area is unlinked
     /// and the exact range `[addr, addr + size)` taken again, so growing
     /// succeeds only if the range after it is free. On any error (unknown
-    /// area, range taken, outside the space) nothing changed: the old
-    /// range is taken back, which cannot fail since it was just freed.
+    /// area, range taken, outside the space, no memory for the policy's
+    /// index: `NodePoolExhausted`) nothing changed: the old range is taken
+    /// back, which cannot fail since it was just freed and the memory to
+    /// link it again was reserved before it was unlinked.
     pub fn resize(&mut self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
         let req = AllocRequest::exact(addr, size, self.page_size);
         req.validate(self.start, self.end, self.page_size)?;
         let i = self.search_busy(addr.as_u64())?;
+        // Taking the old range back must not need memory the heap may
+        // refuse (a split of `Blocks`' tree), or the area would be lost.
+        self.busy.reserve_insert()?;
         let old = self.unlink_node(i)?;
         match self.alloc_request(&req) {
             Ok(a) => Ok(a),
             Err(e) => {
                 let back = AllocRequest::exact(addr, old.size(), self.page_size);
                 let r = self.alloc_request(&back);
-                debug_assert!(r.is_ok(), "the range just freed is free");
+                debug_assert!(r.is_ok(), "the range just freed is free: {r:?}");
                 Err(e)
             }
         }

@@ -219,6 +219,10 @@ impl BusyIndex for BlockTree {
         })
     }
 
+    fn reserve_insert(&mut self) -> Result<(), VmapError> {
+        self.reserve_split()
+    }
+
     fn remove<S: NodeArena>(&mut self, s: &mut S, i: NodeIdx) {
         let r = BlockTree::remove(self, s.node(i).start);
         debug_assert!(matches!(r, Ok(r) if r.val == i), "node {i} is linked");

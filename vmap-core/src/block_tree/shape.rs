@@ -135,9 +135,12 @@ impl BlockTree {
         let up = self.height + 1;
         self.leaves.try_reserve(1).map_err(none)?;
         self.inners.try_reserve(up).map_err(none)?;
+        // Room for every node on the free lists: capacity, not `len` more
+        // (an unlink between this and the split must not need more).
         let (l, i) = (self.leaves.len() + 1, self.inners.len() + up);
-        self.free_leaves.try_reserve(l).map_err(none)?;
-        self.free_inners.try_reserve(i).map_err(none)
+        let (fl, fi) = (self.free_leaves.len(), self.free_inners.len());
+        self.free_leaves.try_reserve(l - fl).map_err(none)?;
+        self.free_inners.try_reserve(i - fi).map_err(none)
     }
 
     fn take<T>(v: &mut Vec<T>, free: &mut Vec<u32>, x: T) -> u32 {

@@ -132,13 +132,15 @@ impl BlockTree {
     /// that cannot grow refuses an allocation rather than panic.
     pub(super) fn reserve_split(&mut self) -> Result<(), VmapError> {
         let none = |_| VmapError::NodePoolExhausted;
-        let up = self.height + 1;
-        self.leaves.try_reserve(1).map_err(none)?;
-        self.inners.try_reserve(up).map_err(none)?;
+        let (fl, fi) = (self.free_leaves.len(), self.free_inners.len());
+        // Nodes on the free lists are taken first: only the rest is new.
+        let leaves = 1usize.saturating_sub(fl);
+        let inners = (self.height + 1).saturating_sub(fi);
+        self.leaves.try_reserve(leaves).map_err(none)?;
+        self.inners.try_reserve(inners).map_err(none)?;
         // Room for every node on the free lists: capacity, not `len` more
         // (an unlink between this and the split must not need more).
-        let (l, i) = (self.leaves.len() + 1, self.inners.len() + up);
-        let (fl, fi) = (self.free_leaves.len(), self.free_inners.len());
+        let (l, i) = (self.leaves.len() + leaves, self.inners.len() + inners);
         self.free_leaves.try_reserve(l - fl).map_err(none)?;
         self.free_inners.try_reserve(i - fi).map_err(none)
     }

@@ -336,6 +336,7 @@ fn as_a_busy_index_every_lookup_names_the_right_node() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "no unsafe code to check, and minutes under miri")]
 fn a_run_of_neighbours_is_removed_by_the_way_kept_from_the_last() {
     use crate::busy::BusyIndex;
     use crate::node::{NIL, NodeArena, NodeIdx, NodeTable, VecSource};

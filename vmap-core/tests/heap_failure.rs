@@ -125,6 +125,16 @@ fn exact_page(p: u64) -> AllocRequest {
     AllocRequest::exact(va(START + p * PAGE), PAGE, PAGE)
 }
 
+/// A space of `n` one-page areas from its start, allocated lowest fit with
+/// the heap working.
+fn filled(n: usize) -> (Space, Vec<VmapArea>) {
+    let mut space = new_space();
+    let areas = (0..n)
+        .map(|_| space.alloc_request(&page()).unwrap())
+        .collect();
+    (space, areas)
+}
+
 /// Asserts that the space holds exactly `areas` (any order): invariants,
 /// iteration, `find` on both ends of each, counts, bytes and nodes.
 fn assert_holds(space: &Space, areas: &[VmapArea]) {
@@ -292,10 +302,7 @@ fn node_table_growth_refused_cleanly() {
 /// about as many allocations as the tree holds.
 #[test]
 fn plain_alloc_refused_in_a_deep_tree() {
-    let mut space = new_space();
-    let mut areas: Vec<_> = (0..DEEP)
-        .map(|_| space.alloc_request(&page()).unwrap())
-        .collect();
+    let (mut space, mut areas) = filled(DEEP);
     let r = alloc_until_refused(&mut space, &mut areas, Culprit::BlockTree, 2 * DEEP, |_| {
         page()
     });
@@ -341,10 +348,7 @@ fn exact_alloc_refused_at_a_split() {
 /// unlinked nodes or is refused cleanly.
 #[test]
 fn frees_never_fail() {
-    let mut space = new_space();
-    let mut areas: Vec<_> = (0..DEEP)
-        .map(|_| space.alloc_request(&page()).unwrap())
-        .collect();
+    let (mut space, mut areas) = filled(DEEP);
     let before = refused();
     let odd: Vec<_> = areas.iter().copied().skip(1).step_by(2).collect();
     let kept: Vec<_> = areas.iter().copied().step_by(2).collect();
@@ -557,10 +561,7 @@ fn resize_keeps_the_area_after_frees() {
 /// were full before the purge.
 #[test]
 fn splits_after_a_purge_reuse_its_nodes() {
-    let mut space = new_space();
-    let mut areas: Vec<_> = (0..DEEP)
-        .map(|_| space.alloc_request(&page()).unwrap())
-        .collect();
+    let (mut space, mut areas) = filled(DEEP);
     // Up to the split the vectors have no room for.
     let r = alloc_until_refused(&mut space, &mut areas, Culprit::BlockTree, 2 * DEEP, |_| {
         page()

@@ -260,6 +260,16 @@ fn threads_on_many_nodes() {
                             v.alloc(t as usize, size, P, va(BASE), va(BASE + (1 << 16) * P))
                                 .unwrap(),
                         );
+                    } else if rng.chance(10) && mine.len() >= 8 {
+                        // A purge's batch: in address order, under one
+                        // lock per run (the busy bytes at the end show
+                        // that every one went).
+                        let mut batch: Vec<_> = (0..8)
+                            .map(|_| mine.swap_remove(rng.below(mine.len() as u64) as usize))
+                            .map(|a| a.va_start)
+                            .collect();
+                        batch.sort_unstable();
+                        v.free_batch(batch.into_iter());
                     } else {
                         let k = rng.below(mine.len() as u64) as usize;
                         v.free_area(&mine.swap_remove(k)).unwrap();

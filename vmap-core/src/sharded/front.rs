@@ -247,7 +247,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         self.free_locked(&mut st, addr.as_u64(), false)
     }
 
-    /// [`free_on`](Self::free_on) under node's lock, held by the caller
+    /// [`free_on`](Self::free_on) under the node's lock, held by the caller
     /// (`in_run`: one of a batch of frees in address order).
     #[inline(always)]
     fn free_locked(

@@ -84,12 +84,12 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
                 let _ = self.free_reserve(addr);
                 continue;
             }
-            since += 1;
             let stale = !matches!(&held, Some((n, _)) if *n == owner);
-            if stale || since > BATCH_LOCK_BREAK {
+            if stale || since == BATCH_LOCK_BREAK {
                 drop(held.take());
                 since = 0;
             }
+            since += 1;
             let (_, st) = held.get_or_insert_with(|| (owner, self.nodes[owner as usize].lock()));
             let _ = self.free_locked(st, a, true);
         }

@@ -69,8 +69,8 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     /// One lock acquisition per run of addresses one node owns (a purge's
-    /// list is mostly one node's, in address order), re-taken every
-    /// [`BATCH_LOCK_BREAK`] frees so that other CPUs wait a bounded time.
+    /// list is mostly one node's, in address order), re-taken every 64
+    /// frees so that other CPUs wait a bounded time.
     fn free_batch(&self, addrs: impl Iterator<Item = VirtAddr>) {
         let mut held = None;
         let mut since = 0;

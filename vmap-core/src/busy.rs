@@ -79,6 +79,14 @@ pub trait BusyIndex: Sized + Send + Sync {
         self.find_start(s, key, visited)
     }
 
+    /// [`find_start_for_unlink`](Self::find_start_for_unlink) for the next
+    /// address of a run (after [`remove_in_run`](Self::remove_in_run)): an
+    /// index that kept its way to that area answers without a search. Only
+    /// runs ask, so a lone free pays nothing for the check.
+    fn find_start_in_run<S: NodeArena>(&mut self, s: &S, key: u64, visited: &mut u32) -> NodeIdx {
+        self.find_start_for_unlink(s, key, visited)
+    }
+
     /// The area with the largest start `<= addr`, or `NIL`.
     fn floor<S: NodeArena>(&self, s: &S, addr: u64, visited: &mut u32) -> NodeIdx;
 

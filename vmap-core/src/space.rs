@@ -224,8 +224,19 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     /// The busy (not parked) area starting at `a`: one counted search.
     #[inline]
     fn search_busy(&mut self, a: u64) -> Result<NodeIdx, VmapError> {
+        self.search_busy_in(a, false)
+    }
+
+    /// [`search_busy`](Self::search_busy), `in_run` for the next address
+    /// of a batch in address order (see `BusyIndex::find_start_in_run`).
+    #[inline(always)]
+    fn search_busy_in(&mut self, a: u64, in_run: bool) -> Result<NodeIdx, VmapError> {
         let mut v = 0;
-        let i = self.busy.find_start_for_unlink(&self.src, a, &mut v);
+        let i = if in_run {
+            self.busy.find_start_in_run(&self.src, a, &mut v)
+        } else {
+            self.busy.find_start_for_unlink(&self.src, a, &mut v)
+        };
         self.count_free_search();
         if i == NIL || self.src.node(i).parked {
             return Err(VmapError::NotFound { addr: a });
@@ -256,7 +267,7 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
                     Ok(next)
                 }
             } else {
-                self.search_busy(a)
+                self.search_busy_in(a, true)
             };
             let i = match found {
                 Ok(i) => i,
@@ -365,10 +376,11 @@ impl<P: FreeAreaSearch, S: NodeSource> VmapSpace<P, S> {
     #[cfg(feature = "alloc")]
     /// The live (busy, not parked) area starting at `addr`: its node and its
     /// size in bytes, in one counted search (the sharded front's free, which
-    /// then parks or unlinks that node without searching again).
+    /// then parks or unlinks that node without searching again); `in_run`:
+    /// the next address of a batch in address order.
     #[inline]
-    pub(crate) fn live_at(&mut self, addr: u64) -> Result<(NodeIdx, u64), VmapError> {
-        let i = self.search_busy(addr)?;
+    pub(crate) fn live_at(&mut self, addr: u64, in_run: bool) -> Result<(NodeIdx, u64), VmapError> {
+        let i = self.search_busy_in(addr, in_run)?;
         let n = self.src.node(i);
         Ok((i, n.end - n.start))
     }

@@ -140,10 +140,6 @@ impl BlockTree {
     /// removal that may follow.
     #[inline]
     pub(super) fn locate_for_unlink(&mut self, key: u64) -> Option<Slot> {
-        // The area after the one just removed (`remove` keeps its way).
-        if self.hint.kind == HintKind::Del && self.hint.found.key == key {
-            return Some(self.hint.found.slot);
-        }
         let mut path = Path::default();
         let slot = self.locate(&mut path, key)?;
         self.hint.keep(
@@ -261,6 +257,14 @@ impl BusyIndex for BlockTree {
         *visited += self.height as u32 + 1;
         let slot = self.locate_for_unlink(key);
         self.val(slot)
+    }
+
+    fn find_start_in_run<S: NodeArena>(&mut self, s: &S, key: u64, visited: &mut u32) -> NodeIdx {
+        // The area after the one just removed (`remove_in_run` kept its way).
+        if self.hint.kind == HintKind::Del && self.hint.found.key == key {
+            return self.val(Some(self.hint.found.slot));
+        }
+        self.find_start_for_unlink(s, key, visited)
     }
 
     fn floor<S: NodeArena>(&self, _: &S, addr: u64, visited: &mut u32) -> NodeIdx {

@@ -368,7 +368,7 @@ fn a_run_of_neighbours_is_removed_by_the_way_kept_from_the_last() {
             let (a, n) = live.remove(k);
             let hit = t.hint.kind == HintKind::Del && t.hint.found.key == a;
             kept += usize::from(hit);
-            assert_eq!(BusyIndex::find_start_for_unlink(&mut t, &s, a, v), n);
+            assert_eq!(BusyIndex::find_start_in_run(&mut t, &s, a, v), n);
             let r = BlockTree::remove_in_run(&mut t, a).unwrap();
             assert_eq!((r.start, r.val), (a, n));
             // The way kept names the next area, or nothing.

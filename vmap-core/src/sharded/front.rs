@@ -261,7 +261,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
             return Err(VmapError::NotFound { addr: a });
         };
         let sl = &mut st.slices[pos];
-        let (n, size) = sl.space.live_at(a)?;
+        let (n, size) = sl.space.live_at(a, in_run)?;
         if let Some(c) = st
             .pool
             .class(size >> self.page_shift)

@@ -352,9 +352,7 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         req: &AllocRequest,
         fit: &Fit,
     ) -> Result<VmapArea, VmapError> {
-        let owner = self
-            .owner_slot(a)
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        let owner = self.owner_of(a);
         if owner == NO_OWNER {
             return self.reserve.lock().alloc_request(req);
         }

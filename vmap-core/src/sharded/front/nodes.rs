@@ -59,9 +59,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     fn free(&self, addr: VirtAddr) -> Result<VmapArea, VmapError> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        let owner = self.owner_of(addr.as_u64());
         if owner == NO_OWNER {
             return self.free_reserve(addr);
         }
@@ -76,9 +74,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
         let mut since = 0;
         for addr in addrs {
             let a = addr.as_u64();
-            let owner = self
-                .owner_slot(a)
-                .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+            let owner = self.owner_of(a);
             if owner as usize >= self.nodes.len() {
                 drop(held.take());
                 let _ = self.free_reserve(addr);
@@ -96,9 +92,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     fn find(&self, addr: VirtAddr) -> Option<VmapArea> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        let owner = self.owner_of(addr.as_u64());
         if owner == NO_OWNER {
             return self.reserve.lock().find(addr);
         }
@@ -130,9 +124,7 @@ impl<R: RawMutex + Send + Sync, L: Send> VmapNodes for ShardedVmap<R, L> {
     }
 
     fn resize(&self, addr: VirtAddr, size: u64) -> Result<VmapArea, VmapError> {
-        let owner = self
-            .owner_slot(addr.as_u64())
-            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire));
+        let owner = self.owner_of(addr.as_u64());
         if owner == NO_OWNER {
             return self.reserve.lock().resize(addr, size);
         }

@@ -18,6 +18,14 @@ impl<R: RawMutex, L> ShardedVmap<R, L> {
         self.owner.get(idx as usize)
     }
 
+    /// The node owning the slice holding `addr`, or `NO_OWNER` (the
+    /// reserve's, or outside every whole slice).
+    #[inline]
+    pub(super) fn owner_of(&self, addr: u64) -> u16 {
+        self.owner_slot(addr)
+            .map_or(NO_OWNER, |o| o.load(Ordering::Acquire))
+    }
+
     /// Request clipped to one slice, or `None` if it cannot fit there.
     pub(super) fn clip(&self, req: &AllocRequest, fit: &Fit, index: u64) -> Option<AllocRequest> {
         let s0 = index * self.slice_size;

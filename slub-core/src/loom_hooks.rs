@@ -88,3 +88,14 @@ pub(crate) fn remote_try_ignores_lists() -> bool {
     }
     false
 }
+
+/// Whether a detached freelist is taken over by a load and a swap of
+/// whatever the cell holds by then, instead of one CAS of what was read.
+#[inline(always)]
+pub(crate) fn detached_take_two_step() -> bool {
+    #[cfg(kmm_loom)]
+    if MUTATION.active(m::DETACHED_TAKE_TWO_STEP) {
+        return true;
+    }
+    false
+}

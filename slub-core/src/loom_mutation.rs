@@ -35,6 +35,11 @@ pub const FROZEN_SLAB_DROPPED: u8 = 8;
 /// as if it stayed where it is: the slab ends on no list with free objects
 /// (lost to the cache).
 pub const REMOTE_TRY_IGNORES_LISTS: u8 = 9;
+/// A CPU's detached freelist is taken over (to give it back to its slab)
+/// by reading it and then swapping whatever the cell holds by then, not by
+/// one CAS of what was read: a free that joined the chain in between is
+/// lost with it (its slab never empties).
+pub const DETACHED_TAKE_TWO_STEP: u8 = 10;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

@@ -37,7 +37,8 @@ items! {
     AllocSlowpath = "alloc_slowpath",
     /// Slow path refilled from remote frees on the CPU slab.
     AllocRefill = "alloc_refill",
-    /// Free to the CPU freelist (or the main sheaf).
+    /// Free to the CPU freelist (or the main sheaf, or the CPU's detached
+    /// freelist).
     FreeFastpath = "free_fastpath",
     /// Free to a slab's own freelist.
     FreeSlowpath = "free_slowpath",

@@ -14,6 +14,9 @@
 //! it was: it takes the frees that arrived remotely on that slab, or switches
 //! to a slab from the per-CPU partial list, the node partial list or the page
 //! source, and then deactivates the old one (the 2014 leak was losing it).
+//!
+//! A free of an object of another slab joins the CPU's detached freelist
+//! (`detached.rs`) instead of going to its slab one object at a time.
 
 use crate::cpu_local::CpuLocal;
 use crate::error::{AllocError, FreeError};
@@ -29,14 +32,22 @@ use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
 mod bulk;
+mod detached;
 mod nolock;
 
-/// One CPU's state (`struct kmem_cache_cpu`). The fast path touches only
-/// `cell`; the partial list is protected by the CpuLocal guard.
+pub(crate) use detached::Detach;
+
+/// One CPU's state (`struct kmem_cache_cpu`). The fast paths touch only
+/// `cell` and `detached`; the partial list is protected by the CpuLocal
+/// guard.
 #[repr(C, align(64))]
 struct CpuSlab {
     /// `(freelist, tid)`: lo = raw freelist head or end token, hi = tid.
     cell: DwCell,
+    /// Objects of one other slab freed on this CPU and not yet given back
+    /// to it (`detached.rs`): lo = the chain's head or `NO_SLAB`, hi = its
+    /// length and a sequence number.
+    detached: DwCell,
     /// Per-CPU partial slabs (frozen).
     partial: CpuPartial,
 }
@@ -80,6 +91,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                     NO_SLAB,
                     crate::loom_hooks::initial_tid(i as u64),
                 )),
+                detached: DwCell::new(DoubleWord::new(NO_SLAB, 0)),
                 partial: CpuPartial::new(),
             };
             // SAFETY: `PerCpu::new` hands out a valid, unused line.
@@ -129,13 +141,20 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         crate::loom_hooks::next_tid(tid, self.tid_step)
     }
 
-    /// The per-CPU DW-CAS, in the flavour the backend allows.
+    /// The per-CPU DW-CAS on the CPU freelist, in the flavour the backend
+    /// allows.
     #[inline(always)]
     fn cpu_cas(&self, c: &CpuSlab, cur: DoubleWord, new: DoubleWord) -> bool {
+        Self::local_cas(&c.cell, cur, new)
+    }
+
+    /// The per-CPU DW-CAS on one of a CPU's cells.
+    #[inline(always)]
+    fn local_cas(cell: &DwCell, cur: DoubleWord, new: DoubleWord) -> bool {
         if C::OWNER_ONLY_WRITES {
-            D::compare_exchange_local(&c.cell, cur, new).is_ok()
+            D::compare_exchange_local(cell, cur, new).is_ok()
         } else {
-            D::compare_exchange(&c.cell, cur, new).is_ok()
+            D::compare_exchange(cell, cur, new).is_ok()
         }
     }
 
@@ -333,6 +352,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                     }
                 }
             }
+            // Objects this CPU holds detached go back first: the slab they
+            // free may be the one it takes next.
+            self.flush_detached(s, cpu);
             let (y, chain) = self.new_cpu_slab(s, c)?;
             match self.install(s, c, fl, tid, chain)? {
                 Some(obj) => {
@@ -454,6 +476,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                 let tid = c.cell.load_hi(Ordering::Acquire);
                 let fl = c.cell.load_lo(Ordering::Acquire);
                 if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
+                    if self.heads_detached(cpu, p) {
+                        return Err(FreeError::DoubleFree { ptr: p });
+                    }
                     return self.free_to_slab(s, p, None);
                 }
                 if fl == p as u64 {
@@ -537,6 +562,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
             let tid = c.cell.load_hi(Ordering::Acquire);
             let fl = c.cell.load_lo(Ordering::Acquire);
             if fl == NO_SLAB || !s.geo().in_range(s.geo().base_of(fl as usize), p) {
+                if self.heads_detached(cpu, p) {
+                    return Err(FreeError::DoubleFree { ptr: p });
+                }
                 return self.free_to_slab(s, p, Some(cpu));
             }
             if fl == p as u64 {
@@ -602,10 +630,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         Ok(n)
     }
 
-    /// `flush_slab` + `unfreeze_partials`: detaches CPU `cpu`'s slab (merging
-    /// its CPU freelist back into the slab) and unfreezes its partial slabs.
+    /// `flush_slab` + `unfreeze_partials`: gives CPU `cpu`'s detached
+    /// freelist back, detaches its slab (merging its CPU freelist back into
+    /// the slab) and unfreezes its partial slabs.
     /// Under the guard of `cpu`, or with exclusive access to the cache.
     pub(crate) fn flush_cpu(&self, s: &Slabs<P, C, D, R>, cpu: usize) {
+        self.flush_detached(s, cpu);
         let c = self.cpu_slab(cpu);
         loop {
             let tid = c.cell.load_hi(Ordering::Acquire);

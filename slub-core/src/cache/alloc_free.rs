@@ -10,7 +10,7 @@ use crate::error::{AllocError, FreeError};
 use crate::sheaves::Heads;
 #[cfg(not(feature = "debug"))]
 use crate::sheaves::Leaf;
-use crate::tid::FastFree;
+use crate::tid::{Detach, FastFree};
 use arch_api::Platform;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
@@ -243,20 +243,36 @@ impl<K: Platform> KmemCache<K> {
 
     /// The tid front's fast free, out of line as
     /// [`tid_alloc_fast`](Self::tid_alloc_fast); an object of another slab
-    /// than the CPU's goes to its own slab in the same call.
+    /// than the CPU's joins the CPU's detached freelist in the same call,
+    /// or, on a backend whose per-CPU CAS is the SMP one, goes straight to
+    /// its slab.
     #[inline(never)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
     fn tid_free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
         match self.tid.free_fast(&self.slabs, p) {
             FastFree::Done => Some(Ok(())),
-            FastFree::ToSlab if self.slabs.try_free_to_slab(p) => Some(Ok(())),
-            FastFree::ToSlab => Some(self.tid_free_to_slab(p)),
+            FastFree::ToSlab if !self.tid.detaches() => Some(if self.slabs.try_free_to_slab(p) {
+                Ok(())
+            } else {
+                self.tid_free_to_slab(p)
+            }),
+            FastFree::ToSlab => match self.tid.detach_fast(&self.slabs, p) {
+                Detach::Done => Some(Ok(())),
+                // `p` is freed; the chain it ended is given back out of
+                // line. A chain a double free corrupted stays in use, and
+                // the error is this free's to report (the object was
+                // freed twice, if not this one).
+                Detach::Flush(head, n) => {
+                    Some(self.tid.give_back_detached(&self.slabs, head, n, None))
+                }
+                Detach::Slow => None,
+            },
             FastFree::Slow => None,
         }
     }
 
-    /// The rest of a free to another slab (the slab changes lists, is
-    /// frozen for this CPU, or the CAS lost), out of line.
+    /// The rest of a free to another slab straight to it (the slab changes
+    /// lists, is frozen for this CPU, or the CAS lost), out of line.
     #[cold]
     #[inline(never)]
     #[cfg_attr(feature = "debug", allow(dead_code))]

@@ -10,7 +10,7 @@
 use super::Slabs;
 use crate::cpu_local::CpuLocal;
 use crate::error::FreeError;
-use crate::freelist::end_token;
+use crate::freelist::{end_token, walk};
 use crate::page_source::PageSource;
 use crate::slab::{Counters, Slab};
 use crate::stats::StatItem;
@@ -30,6 +30,9 @@ enum Attempt {
     Retry,
     /// The slab may change lists: redo under the node lock.
     NeedsLock,
+    /// The chain's tail is not known ([`NO_TAIL`]) and the slab's freelist
+    /// is not empty, so the chain cannot become it: find the tail.
+    NeedsTail,
     /// The slab was full and on no list: the free made it partial and froze
     /// it for the freeing CPU, whose partial list the caller puts it on.
     Froze,
@@ -48,8 +51,13 @@ enum Mode {
     Locked,
 }
 
+/// A chain's tail that is not known: the chain ends in its slab's end
+/// token (no object lies at address 0).
+const NO_TAIL: usize = 0;
+
 /// What `__slab_free` pushes: the chain `head..=tail` of `cnt` linked
-/// objects of slab `x`; `single`: one object from a caller, whose double
+/// objects of slab `x` (`tail` may be [`NO_TAIL`] for a chain that ends in
+/// the slab's end token); `single`: one object from a caller, whose double
 /// free is reported.
 #[derive(Clone, Copy)]
 struct Chain {
@@ -73,12 +81,57 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         unsafe {
             self.check_owner(p)?
         };
-        let mode = if self.cpu_partial > 0 {
+        self.slab_free_in(self.single(p), self.freezing())
+    }
+
+    /// A chain of `cnt` objects of slab `x`, `head..=tail`, that a CPU
+    /// linked while freeing them (its detached freelist, whose slab was
+    /// checked when the chain was started), given back to `x` as
+    /// [`free_to_slab`](Self::free_to_slab) gives one object: the slab if
+    /// the chain made it partial and froze it for the caller's CPU.
+    ///
+    /// The chain ends in `x`'s end token and its tail is not known: while
+    /// `x` has no free objects the chain simply becomes its freelist (a
+    /// run of frees into a full slab, the common case), and only otherwise
+    /// is it walked to find the tail.
+    pub(crate) fn free_detached_chain(
+        &self,
+        x: *mut Slab,
+        head: usize,
+        cnt: usize,
+    ) -> Result<Option<*mut Slab>, FreeError> {
+        let chain = Chain {
+            x,
+            head,
+            tail: NO_TAIL,
+            cnt,
+            single: false,
+        };
+        self.slab_free_in(chain, self.freezing())
+    }
+
+    /// The tail of chain `c`, found by walking it; a chain that is
+    /// corrupt or not `c.cnt` long (a double free linked it into a loop)
+    /// is an error.
+    #[cold]
+    fn find_tail(&self, c: Chain) -> Result<usize, FreeError> {
+        // SAFETY: the chain is the caller's (a detached freelist taken
+        // over), its head an object of the live slab `c.x`.
+        match unsafe { walk(&self.codec, &self.geo, c.head as u64) } {
+            Some((tail, n)) if n == c.cnt => Ok(tail),
+            _ => Err(FreeError::DoubleFree { ptr: c.head }),
+        }
+    }
+
+    /// How a free from a CPU treats a full slab it makes partial: frozen
+    /// for that CPU where CPUs keep partial slabs, else onto the node list.
+    #[inline(always)]
+    fn freezing(&self) -> Mode {
+        if self.cpu_partial > 0 {
             Mode::Freezing
         } else {
             Mode::Unlocked
-        };
-        self.slab_free_in(self.single(p), mode)
+        }
     }
 
     /// The common single-object free that missed the CPU slab, in one try
@@ -113,6 +166,17 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
             }
             _ => false,
         }
+    }
+
+    /// Whether `p` heads its slab's own freelist: freeing it again is a
+    /// double free.
+    ///
+    /// `p` is an object of a live slab of this cache.
+    #[inline(always)]
+    pub(crate) fn heads_slab_freelist(&self, p: usize) -> bool {
+        let x = self.geo.base_of(p) as *const Slab;
+        // SAFETY: `x` is a live slab of this cache (the caller's check).
+        unsafe { (*x).state.load_lo(Ordering::Acquire) == p as u64 }
     }
 
     /// The counters of a push onto a slab's freelist: `free_slowpath`, and
@@ -171,7 +235,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
     /// The loop of [`slab_free_chain`](Self::slab_free_chain) in `mode`
     /// (`Unlocked` or `Freezing`): the slab if the free froze it.
     #[inline(always)]
-    fn slab_free_in(&self, c: Chain, mode: Mode) -> Result<Option<*mut Slab>, FreeError> {
+    fn slab_free_in(&self, mut c: Chain, mode: Mode) -> Result<Option<*mut Slab>, FreeError> {
         loop {
             match self.free_attempt(c, mode)? {
                 Attempt::Done { frozen, .. } => {
@@ -183,8 +247,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                     return Ok(Some(c.x));
                 }
                 Attempt::NeedsLock => {
+                    if c.tail == NO_TAIL {
+                        c.tail = self.find_tail(c)?;
+                    }
                     return self.slab_free_locked(c).map(|()| None);
                 }
+                Attempt::NeedsTail => c.tail = self.find_tail(c)?,
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
         }
@@ -206,8 +274,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
                     prior,
                     inuse,
                 } => break (frozen, prior, inuse),
-                Attempt::NeedsLock | Attempt::Froze => {
-                    unreachable!("free_attempt asks for the lock, or freezes, only unlocked")
+                Attempt::NeedsLock | Attempt::Froze | Attempt::NeedsTail => {
+                    unreachable!(
+                        "free_attempt asks for the lock, or freezes, only unlocked; \
+                         the tail is known here"
+                    )
                 }
                 Attempt::Retry => self.stat_here(StatItem::CmpxchgDoubleFail),
             }
@@ -266,8 +337,12 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         if mode != Mode::Locked && !frozen && !froze && (inuse == 0 || was_full) {
             return Ok(Attempt::NeedsLock);
         }
-        // SAFETY: `tail` is an object being freed by us.
-        unsafe { self.codec.set(tail, lo) };
+        if tail != NO_TAIL {
+            // SAFETY: `tail` is an object being freed by us.
+            unsafe { self.codec.set(tail, lo) };
+        } else if !was_full {
+            return Ok(Attempt::NeedsTail);
+        }
         if D::compare_exchange(
             st,
             DoubleWord::new(lo, hi),

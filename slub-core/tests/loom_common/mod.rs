@@ -14,8 +14,11 @@ loom::thread_local! {
     static TASK: Cell<usize> = Cell::new(0);
 }
 
-/// Tasks on CPU slots, modelled with loom primitives.
-pub struct LoomCpus {
+/// Tasks on CPU slots, modelled with loom primitives. With `OWNER_ONLY`,
+/// the backend declares that only a slot's owner writes its cells (the
+/// CPU-local CAS, as a kernel with preemption off has): two tasks on one
+/// slot then model an interrupt on that CPU, and no task may migrate.
+pub struct LoomCpus<const OWNER_ONLY: bool = false> {
     slots: Vec<Mutex<()>>,
     task_slot: Vec<AtomicUsize>,
     /// Per task: `(window number, slot)` encoded as `n << 8 | slot`, + 1.
@@ -23,7 +26,7 @@ pub struct LoomCpus {
     windows: Vec<AtomicUsize>,
 }
 
-impl LoomCpus {
+impl<const OWNER_ONLY: bool> LoomCpus<OWNER_ONLY> {
     /// `slots` slots; task `t` starts on `start[t]`.
     pub fn new(slots: usize, start: &[usize]) -> Self {
         Self {
@@ -41,6 +44,7 @@ impl LoomCpus {
 
     /// Move task `t` to `slot` at its `nth` fast-path window (0-based).
     pub fn migrate_at_window(&self, t: usize, nth: usize, slot: usize) {
+        assert!(!OWNER_ONLY, "an owner-only backend never migrates a task");
         self.migrate[t].store((nth << 8 | slot) + 1, Ordering::Relaxed);
     }
 
@@ -49,10 +53,13 @@ impl LoomCpus {
     }
 }
 
-// SAFETY: slots are shared by tasks, so OWNER_ONLY_WRITES is false (SMP CAS);
-// the guard is the slot's lock.
-unsafe impl CpuLocal for LoomCpus {
-    const OWNER_ONLY_WRITES: bool = false;
+// SAFETY: without OWNER_ONLY, slots are shared by tasks, so
+// OWNER_ONLY_WRITES is false (SMP CAS). With it, tasks never migrate and two
+// tasks on one slot stand for an interrupt on that CPU, against which the
+// CPU-local CAS is atomic (under loom every DW-CAS is). The guard is the
+// slot's lock.
+unsafe impl<const OWNER_ONLY: bool> CpuLocal for LoomCpus<OWNER_ONLY> {
+    const OWNER_ONLY_WRITES: bool = OWNER_ONLY;
     type Guard<'a> = MutexGuard<'a, ()>;
 
     fn nr_cpus(&self) -> usize {
@@ -89,20 +96,29 @@ unsafe impl CpuLocal for LoomCpus {
 }
 
 /// The cache the models use.
-pub type Cache<D> = KmemCache<HostedPlatform<SystemPages, LoomCpus, D>>;
+pub type Cache<D, const O: bool = false> = KmemCache<HostedPlatform<SystemPages, LoomCpus<O>, D>>;
 
 /// A cache of 32-byte objects, `objects` per slab.
 pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFlags) -> Cache<D> {
     cache_partial(cpus, objects, flags, 0)
 }
 
+/// [`cache`] on a backend where only a slot's owner writes its cells.
+pub fn cache_owner_only<D: arch_api::DwCas>(
+    cpus: LoomCpus<true>,
+    objects: usize,
+    flags: CacheFlags,
+) -> Cache<D, true> {
+    cache_partial(cpus, objects, flags, 0)
+}
+
 /// [`cache`] whose CPUs keep up to `cpu_partial` frozen slabs each.
-pub fn cache_partial<D: arch_api::DwCas>(
-    cpus: LoomCpus,
+pub fn cache_partial<D: arch_api::DwCas, const O: bool>(
+    cpus: LoomCpus<O>,
     objects: usize,
     flags: CacheFlags,
     cpu_partial: usize,
-) -> Cache<D> {
+) -> Cache<D, O> {
     KmemCache::with_config(
         "loom",
         32,
@@ -126,7 +142,7 @@ pub fn cache_partial<D: arch_api::DwCas>(
 }
 
 /// Destroys the cache and checks every page came back.
-pub fn destroy_all<D: arch_api::DwCas>(c: loom::sync::Arc<Cache<D>>) {
+pub fn destroy_all<D: arch_api::DwCas, const O: bool>(c: loom::sync::Arc<Cache<D, O>>) {
     let mut c = match loom::sync::Arc::try_unwrap(c) {
         Ok(c) => c,
         Err(_) => panic!("cache still shared"),

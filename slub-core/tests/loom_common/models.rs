@@ -6,7 +6,7 @@ use loom::sync::Arc;
 use slub_core::CacheFlags;
 use std::ptr::NonNull;
 
-fn free<D: arch_api::DwCas>(c: &Cache<D>, x: usize) {
+fn free<D: arch_api::DwCas, const O: bool>(c: &Cache<D, O>, x: usize) {
     // SAFETY: every caller frees an object it allocated, once.
     unsafe { c.free(NonNull::new(x as *mut u8).unwrap()) }.unwrap();
 }
@@ -208,6 +208,51 @@ pub fn barn_exchange() {
         assert!(a != b, "object handed out twice");
         free(&c, a);
         free(&c, b);
+        destroy_all(c);
+    });
+}
+
+/// (5) The detached freelist, on a backend where only a slot's owner
+/// writes its cells (the only one that detaches): two tasks on CPU slot 1,
+/// the second an interrupt of the first. Task 1 frees two objects of a
+/// full slab X that is no CPU's slab, so they join slot 1's detached
+/// freelist; task 2 allocates on slot 1 at the same time, and its slow
+/// path takes the chain over and gives it back to X (which it may then
+/// take as its CPU slab, so task 1's second free may land on the CPU
+/// freelist instead). No object may be handed out twice, and destroy must
+/// find every object free and every page back.
+pub fn detached_take() {
+    loom::model(|| {
+        let cpus = LoomCpus::<true>::new(2, &[0, 1, 1]);
+        cpus.bind(0);
+        let c = Arc::new(cache_owner_only::<slub_core::DefaultDwCas>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+        ));
+        let o1 = c.alloc().unwrap().as_ptr() as usize;
+        let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
+        let o3 = c.alloc().unwrap().as_ptr() as usize; // new slab Y; X full, on no list
+        let t1 = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                c.cpus().bind(1);
+                free(&c, o1);
+                free(&c, o2);
+            })
+        };
+        let t2 = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                c.cpus().bind(2);
+                let p = c.alloc().unwrap().as_ptr() as usize;
+                assert!(p != o3, "object handed out twice");
+                free(&c, p);
+            })
+        };
+        t1.join().unwrap();
+        t2.join().unwrap();
+        free(&c, o3);
         destroy_all(c);
     });
 }

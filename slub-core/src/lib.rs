@@ -57,8 +57,9 @@
 //!   subsystem's own set of classes) and [`RandomKmalloc`]
 //!   (`CONFIG_RANDOM_KMALLOC_CACHES`, 16 copies picked by caller).
 //! * Two fronts, chosen per cache ([`CacheFlags::SHEAVES`]):
-//!   the lockless tid path (`tid.rs`) and sheaves + barn (`sheaves.rs`,
-//!   `barn.rs`).
+//!   the lockless tid path (`tid.rs`; frees of other slabs' objects join
+//!   the CPU's detached freelist, `tid/detached.rs`, and reach their slab a
+//!   chain at a time) and sheaves + barn (`sheaves.rs`, `barn.rs`).
 //! * The slab layer both fronts share (`slabs/`): slabs with end-token
 //!   freelists (`slab.rs`, `freelist.rs`), partial lists, freezing and
 //!   deactivation (`slabs/partial.rs`), remote frees with a slab-level
@@ -103,8 +104,8 @@
 //!    one area, `sheaves/lines.rs`).
 //! 2. `sheaves.rs` (`SheafFront`, over `barn.rs`), which refills and flushes
 //!    through the tid front's CPU slab, as Linux's bulk allocation does.
-//! 3. `tid.rs` (`TidFront`): the `(freelist, tid)` cells and the per-CPU
-//!    partial lists.
+//! 3. `tid.rs` (`TidFront`): the `(freelist, tid)` cells, the detached
+//!    freelists and the per-CPU partial lists.
 //! 4. `slabs/` (`Slabs`): new and discarded slabs, the node partial list,
 //!    freezing, deactivation and remote frees.
 //! 5. Leaves: `percpu.rs` (per-CPU arrays in page-source memory), `slab.rs`,

@@ -99,3 +99,14 @@ pub(crate) fn detached_take_two_step() -> bool {
     }
     false
 }
+
+/// Whether the detached freelist's cell keeps its sequence number, so that
+/// its hi is the chain's length alone.
+#[inline(always)]
+pub(crate) fn detached_seq_not_bumped() -> bool {
+    #[cfg(kmm_loom)]
+    if MUTATION.active(m::DETACHED_SEQ_NOT_BUMPED) {
+        return true;
+    }
+    false
+}

@@ -40,6 +40,12 @@ pub const REMOTE_TRY_IGNORES_LISTS: u8 = 9;
 /// one CAS of what was read: a free that joined the chain in between is
 /// lost with it (its slab never empties).
 pub const DETACHED_TAKE_TWO_STEP: u8 = 10;
+/// The detached freelist's cell does not step its sequence number: its hi
+/// is the chain's length alone, which comes back (a chain taken over, a
+/// new one of the same length started), so a DW-CAS that compares hi only
+/// (ia64's `cmp8xchg16`) lets a preempted push succeed on a chain that is
+/// gone: an object given back to its slab is linked into a chain again.
+pub const DETACHED_SEQ_NOT_BUMPED: u8 = 11;
 
 /// The switch: `MUTATION.set(X)` in a broken model, `MUTATION.active(X)`
 /// where the variant is applied.

@@ -56,6 +56,10 @@ fn len(hi: u64) -> usize {
 /// The hi of the cell's next state, after `hi`, for a chain of `len`.
 #[inline(always)]
 fn next_hi(hi: u64, len: usize) -> u64 {
+    if crate::loom_hooks::detached_seq_not_bumped() {
+        // Broken variant: the length alone.
+        return (hi >> 32 << 32) | len as u64;
+    }
     ((hi >> 32).wrapping_add(1) << 32) | len as u64
 }
 

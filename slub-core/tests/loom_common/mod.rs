@@ -103,13 +103,15 @@ pub fn cache<D: arch_api::DwCas>(cpus: LoomCpus, objects: usize, flags: CacheFla
     cache_partial(cpus, objects, flags, 0)
 }
 
-/// [`cache`] on a backend where only a slot's owner writes its cells.
+/// [`cache`] on a backend where only a slot's owner writes its cells, its
+/// CPUs keeping one frozen slab each (so a chain given back to a full slab
+/// freezes it, as with the default configuration).
 pub fn cache_owner_only<D: arch_api::DwCas>(
     cpus: LoomCpus<true>,
     objects: usize,
     flags: CacheFlags,
 ) -> Cache<D, true> {
-    cache_partial(cpus, objects, flags, 0)
+    cache_partial(cpus, objects, flags, 1)
 }
 
 /// [`cache`] whose CPUs keep up to `cpu_partial` frozen slabs each.

@@ -256,3 +256,50 @@ pub fn detached_take() {
         destroy_all(c);
     });
 }
+
+/// (6) The detached freelist with ia64's `cmp8xchg16`, which compares the
+/// cell's hi (the chain's length and sequence number) only: task 1 frees
+/// two objects of a full slab X onto slot 1's detached freelist while task
+/// 2, an interrupt on the same slot, allocates (its slow path takes the
+/// chain over and gives it back) and frees an object of another slab Y (a
+/// new chain, as long as the one it took). A push preempted across both
+/// must fail its CAS. No object may be handed out twice, and destroy must
+/// find every object free and every page back.
+pub fn detached_cmp8xchg16() {
+    loom::model(|| {
+        let cpus = LoomCpus::<true>::new(2, &[0, 1, 1]);
+        cpus.bind(0);
+        let c = Arc::new(cache_owner_only::<arch_ia64_sim::Cmp8xchg16>(
+            cpus,
+            2,
+            CacheFlags::empty(),
+        ));
+        let o1 = c.alloc().unwrap().as_ptr() as usize;
+        let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
+        let o3 = c.alloc().unwrap().as_ptr() as usize; // new slab Y; X full, on no list
+        let t1 = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                c.cpus().bind(1);
+                free(&c, o1);
+                free(&c, o2);
+            })
+        };
+        let t2 = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                c.cpus().bind(2);
+                let p = c.alloc().unwrap().as_ptr() as usize;
+                assert!(p != o3, "object handed out twice");
+                free(&c, o3);
+                let q = c.alloc().unwrap().as_ptr() as usize;
+                assert!(q != p, "object handed out twice");
+                free(&c, p);
+                free(&c, q);
+            })
+        };
+        t1.join().unwrap();
+        t2.join().unwrap();
+        destroy_all(c);
+    });
+}

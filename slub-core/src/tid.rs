@@ -508,9 +508,16 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         p: usize,
         pinned: Option<usize>,
     ) -> Result<(), FreeError> {
-        let Some(x) = s.free_to_slab(p)? else {
-            return Ok(());
-        };
+        if let Some(x) = s.free_to_slab(p)? {
+            self.put_frozen(s, x, pinned);
+        }
+        Ok(())
+    }
+
+    /// Puts slab `x`, which a free froze for the freeing CPU, on that CPU's
+    /// partial list: `pinned`, the CPU whose guard the caller holds, or
+    /// else the CPU the caller runs on, under its guard.
+    fn put_frozen(&self, s: &Slabs<P, C, D, R>, x: *mut Slab, pinned: Option<usize>) {
         match pinned {
             Some(cpu) => self.put_cpu_partial(s, cpu, x),
             None => {
@@ -518,7 +525,6 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
                 self.put_cpu_partial(s, cpu, x);
             }
         }
-        Ok(())
     }
 
     /// `put_cpu_partial`: frozen slab `x` onto CPU `cpu`'s partial list; a

@@ -47,6 +47,30 @@ unsafe fn free(c: &Cache, p: usize) -> Result<(), FreeError> {
     unsafe { c.free(NonNull::new(p as *mut u8).unwrap()) }
 }
 
+/// Runs `f` on a fresh cache filled by [`fill`] (its objects, and the
+/// objects per slab), then returns the arena frames still in use.
+fn with_filled(f: impl FnOnce(&mut Cache, Vec<usize>, usize)) -> u64 {
+    let a = PhysArena::new(16 << 20, 4096).unwrap();
+    let pages = ArenaPages::new(&a);
+    let mut c = cache(&pages);
+    let objs = fill(&c);
+    let n = c.objects_per_slab();
+    f(&mut c, objs, n);
+    drop(c);
+    a.frames_in_use()
+}
+
+/// Frees every object of `objs`.
+///
+/// # Safety
+/// Each was allocated from `c` and is freed once.
+unsafe fn free_all<'x>(c: &Cache, objs: impl IntoIterator<Item = &'x usize>) {
+    for &p in objs {
+        // SAFETY: the caller's contract.
+        unsafe { free(c, p) }.unwrap();
+    }
+}
+
 /// On another thread (another CPU of `ThreadCpus`), registered there
 /// first (a thread's first call takes the slow path, which gives it its
 /// CPU): one allocation, freed onto its CPU freelist.
@@ -68,140 +92,112 @@ fn on_other_cpu<T: Send>(c: &Cache, f: impl FnOnce() -> T + Send) -> T {
 #[test]
 fn a_run_of_frees_into_one_slab_reaches_it_as_one_chain() {
     use slub_core::StatItem::*;
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    on_other_cpu(&c, || {
-        let before = c.stats();
-        for &p in &objs[..n] {
+    let left = with_filled(|c, objs, n| {
+        on_other_cpu(c, || {
+            let before = c.stats();
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, &objs[..n]) };
+            let mid = c.stats();
+            assert_eq!(
+                mid.get(FreeSlowpath),
+                before.get(FreeSlowpath),
+                "a run of frees into one slab stays on the CPU"
+            );
+            assert_eq!(mid.get(FreeFastpath), before.get(FreeFastpath) + n as u64);
+            // A free into the second slab starts a new chain: the first goes
+            // back to its slab with one push, which makes it partial (frozen
+            // for this CPU) from full.
             // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
-        let mid = c.stats();
-        assert_eq!(
-            mid.get(FreeSlowpath),
-            before.get(FreeSlowpath),
-            "a run of frees into one slab stays on the CPU"
-        );
-        assert_eq!(mid.get(FreeFastpath), before.get(FreeFastpath) + n as u64);
-        // A free into the second slab starts a new chain: the first goes
-        // back to its slab with one push, which makes it partial (frozen
-        // for this CPU) from full.
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, objs[n]) }.unwrap();
-        let after = c.stats();
-        assert_eq!(after.get(FreeSlowpath), before.get(FreeSlowpath) + 1);
-        assert_eq!(after.get(CpuPartialFree), before.get(CpuPartialFree) + 1);
+            unsafe { free(c, objs[n]) }.unwrap();
+            let after = c.stats();
+            assert_eq!(after.get(FreeSlowpath), before.get(FreeSlowpath) + 1);
+            assert_eq!(after.get(CpuPartialFree), before.get(CpuPartialFree) + 1);
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, &objs[n + 1..]) };
+        c.destroy().unwrap();
     });
-    for &p in &objs[n + 1..] {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    c.destroy().unwrap();
-    assert_eq!(a.frames_in_use(), 0);
+    assert_eq!(left, 0);
 }
 
 #[test]
 fn a_cpu_takes_its_detached_objects_back_before_a_new_slab() {
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    let first = &objs[..n];
-    on_other_cpu(&c, || {
-        // Exhaust this CPU's slab.
-        let mine: Vec<usize> = (0..n)
-            .map(|_| c.alloc().unwrap().as_ptr() as usize)
-            .collect();
-        for &p in first {
-            // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
-        // The slow path gives the chain back, which makes the first slab
-        // partial (frozen for this CPU), and takes it as the CPU slab.
-        let slabs = c.nr_slabs();
-        let q = c.alloc().unwrap().as_ptr() as usize;
-        assert!(first.contains(&q), "allocated from the freed slab");
-        assert_eq!(c.nr_slabs(), slabs, "no new slab");
-        for p in mine.into_iter().chain([q]) {
-            // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
+    let left = with_filled(|c, objs, n| {
+        let first = &objs[..n];
+        on_other_cpu(c, || {
+            // Exhaust this CPU's slab.
+            let mine: Vec<usize> = (0..n)
+                .map(|_| c.alloc().unwrap().as_ptr() as usize)
+                .collect();
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, first) };
+            // The slow path gives the chain back, which makes the first slab
+            // partial (frozen for this CPU), and takes it as the CPU slab.
+            let slabs = c.nr_slabs();
+            let q = c.alloc().unwrap().as_ptr() as usize;
+            assert!(first.contains(&q), "allocated from the freed slab");
+            assert_eq!(c.nr_slabs(), slabs, "no new slab");
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, mine.iter().chain([&q])) };
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, &objs[n..]) };
+        c.destroy().unwrap();
     });
-    for &p in &objs[n..] {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    c.destroy().unwrap();
-    assert_eq!(a.frames_in_use(), 0);
+    assert_eq!(left, 0);
 }
 
 #[test]
 fn shrink_and_destroy_give_detached_objects_back() {
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    on_other_cpu(&c, || {
-        for &p in &objs[..n] {
-            // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
-        // Still on this CPU's chain: the slab is in use, as it would be
-        // with the objects on a CPU freelist.
-        let slabs = c.nr_slabs();
-        c.shrink();
-        assert_eq!(
-            c.nr_slabs(),
-            slabs - 2,
-            "the emptied slab and the CPU slab went back"
-        );
-        // SAFETY: allocated above, freed once (joins a new chain).
-        unsafe { free(&c, objs[n]) }.unwrap();
+    let left = with_filled(|c, objs, n| {
+        on_other_cpu(c, || {
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, &objs[..n]) };
+            // Still on this CPU's chain: the slab is in use, as it would be
+            // with the objects on a CPU freelist.
+            let slabs = c.nr_slabs();
+            c.shrink();
+            assert_eq!(
+                c.nr_slabs(),
+                slabs - 2,
+                "the emptied slab and the CPU slab went back"
+            );
+            // SAFETY: allocated above, freed once (joins a new chain).
+            unsafe { free(c, objs[n]) }.unwrap();
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, &objs[n + 1..]) };
+        // The other CPU's chain (one object) is still there: destroy flushes
+        // every CPU, so it finds the object free.
+        c.destroy().unwrap();
     });
-    for &p in &objs[n + 1..] {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    // The other CPU's chain (one object) is still there: destroy flushes
-    // every CPU, so it finds the object free.
-    c.destroy().unwrap();
-    assert_eq!(a.frames_in_use(), 0);
+    assert_eq!(left, 0);
 }
 
 #[cfg(not(feature = "debug"))]
 #[test]
 fn a_double_free_of_a_chain_or_slab_freelist_head_is_refused() {
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    on_other_cpu(&c, || {
-        let x = objs[0];
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, x) }.unwrap();
-        // SAFETY: deliberately a double free; `x` heads the chain.
-        let r = unsafe { free(&c, x) };
-        assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
-        // A free into the second slab gives the chain back: `x` now heads
-        // its slab's own freelist.
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, objs[n]) }.unwrap();
-        // SAFETY: deliberately a double free; `x` heads its slab's freelist.
-        let r = unsafe { free(&c, x) };
-        assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
+    let left = with_filled(|c, objs, n| {
+        on_other_cpu(c, || {
+            let x = objs[0];
+            // SAFETY: allocated above, freed once.
+            unsafe { free(c, x) }.unwrap();
+            // SAFETY: deliberately a double free; `x` heads the chain.
+            let r = unsafe { free(c, x) };
+            assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
+            // A free into the second slab gives the chain back: `x` now heads
+            // its slab's own freelist.
+            // SAFETY: allocated above, freed once.
+            unsafe { free(c, objs[n]) }.unwrap();
+            // SAFETY: deliberately a double free; `x` heads its slab's freelist.
+            let r = unsafe { free(c, x) };
+            assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, objs[1..n].iter().chain(&objs[n + 1..])) };
+        c.destroy().unwrap();
     });
-    for &p in objs[1..n].iter().chain(&objs[n + 1..]) {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    c.destroy().unwrap();
-    assert_eq!(a.frames_in_use(), 0, "nothing freed twice, nothing lost");
+    assert_eq!(left, 0, "nothing freed twice, nothing lost");
 }
 
 /// Frees `objs[0]` on the calling CPU and gives its chain back (a free
@@ -217,63 +213,49 @@ fn one_free_on_the_first_slab(c: &Cache, objs: &[usize]) {
 
 #[test]
 fn a_chain_into_a_slab_with_free_objects_is_linked_at_its_tail() {
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    one_free_on_the_first_slab(&c, &objs);
-    on_other_cpu(&c, || {
-        for &p in &objs[1..n] {
-            // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
-        // Given back now: walked for its tail, linked before the object
-        // already free; the slab is empty and shrink returns it.
-        let slabs = c.nr_slabs();
-        c.shrink();
-        assert!(c.nr_slabs() < slabs, "the emptied slab went back");
+    let left = with_filled(|c, objs, n| {
+        one_free_on_the_first_slab(c, &objs);
+        on_other_cpu(c, || {
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, &objs[1..n]) };
+            // Given back now: walked for its tail, linked before the object
+            // already free; the slab is empty and shrink returns it.
+            let slabs = c.nr_slabs();
+            c.shrink();
+            assert!(c.nr_slabs() < slabs, "the emptied slab went back");
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, &objs[n + 1..]) };
+        c.destroy().unwrap();
     });
-    for &p in &objs[n + 1..] {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    c.destroy().unwrap();
-    assert_eq!(a.frames_in_use(), 0);
+    assert_eq!(left, 0);
 }
 
 #[cfg(not(feature = "debug"))]
 #[test]
 fn a_loop_found_by_the_walk_is_reported_and_its_slab_kept() {
-    let a = PhysArena::new(16 << 20, 4096).unwrap();
-    let pages = ArenaPages::new(&a);
-    let mut c = cache(&pages);
-    let objs = fill(&c);
-    let n = c.objects_per_slab();
-    one_free_on_the_first_slab(&c, &objs);
-    on_other_cpu(&c, || {
-        let (x, y) = (objs[1], objs[2]);
-        for p in [x, y] {
+    with_filled(|c, objs, n| {
+        one_free_on_the_first_slab(c, &objs);
+        on_other_cpu(c, || {
+            let (x, y) = (objs[1], objs[2]);
+            // SAFETY: allocated above, each freed once.
+            unsafe { free_all(c, [&x, &y]) };
+            // SAFETY: deliberately a double free deeper in the chain: not
+            // seen now; it makes the chain a loop.
+            unsafe { free(c, x) }.unwrap();
+            // The next chain's start gives this one back; its slab has a free
+            // object, so the chain is walked, and the walk finds the loop.
             // SAFETY: allocated above, freed once.
-            unsafe { free(&c, p) }.unwrap();
-        }
-        // SAFETY: deliberately a double free deeper in the chain: not
-        // seen now; it makes the chain a loop.
-        unsafe { free(&c, x) }.unwrap();
-        // The next chain's start gives this one back; its slab has a free
-        // object, so the chain is walked, and the walk finds the loop.
-        // SAFETY: allocated above, freed once.
-        let r = unsafe { free(&c, objs[n + 1]) };
-        assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
+            let r = unsafe { free(c, objs[n + 1]) };
+            assert_eq!(r, Err(FreeError::DoubleFree { ptr: x }));
+        });
+        // SAFETY: allocated above, each freed once.
+        unsafe { free_all(c, objs[3..n].iter().chain(&objs[n + 2..])) };
+        // The looped chain's objects were never given back: their slab stays
+        // in use rather than hand one out twice.
+        assert!(matches!(
+            c.destroy(),
+            Err(slub_core::DestroyError::LiveObjects { remaining: 2 })
+        ));
     });
-    for &p in objs[3..n].iter().chain(&objs[n + 2..]) {
-        // SAFETY: allocated above, freed once.
-        unsafe { free(&c, p) }.unwrap();
-    }
-    // The looped chain's objects were never given back: their slab stays
-    // in use rather than hand one out twice.
-    assert!(matches!(
-        c.destroy(),
-        Err(slub_core::DestroyError::LiveObjects { remaining: 2 })
-    ));
 }

@@ -184,15 +184,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         pinned: Option<usize>,
     ) -> Result<(), FreeError> {
         let x = s.geo().base_of(head as usize) as *mut Slab;
-        let Some(x) = s.free_detached_chain(x, head as usize, n)? else {
-            return Ok(());
-        };
-        match pinned {
-            Some(cpu) => self.put_cpu_partial(s, cpu, x),
-            None => {
-                let (_g, cpu) = s.cpus().pin();
-                self.put_cpu_partial(s, cpu, x);
-            }
+        if let Some(x) = s.free_detached_chain(x, head as usize, n)? {
+            self.put_frozen(s, x, pinned);
         }
         Ok(())
     }

@@ -212,24 +212,17 @@ pub fn barn_exchange() {
     });
 }
 
-/// (5) The detached freelist, on a backend where only a slot's owner
-/// writes its cells (the only one that detaches): two tasks on CPU slot 1,
-/// the second an interrupt of the first. Task 1 frees two objects of a
-/// full slab X that is no CPU's slab, so they join slot 1's detached
-/// freelist; task 2 allocates on slot 1 at the same time, and its slow
-/// path takes the chain over and gives it back to X (which it may then
-/// take as its CPU slab, so task 1's second free may land on the CPU
-/// freelist instead). No object may be handed out twice, and destroy must
-/// find every object free and every page back.
-pub fn detached_take() {
-    loom::model(|| {
+/// The detached-freelist models' shared part, on an owner-only backend
+/// with DW-CAS `D`: slot 0 fills a full slab X (o1, o2) that is no CPU's
+/// slab and takes o3 from a new slab Y; task 1 on slot 1 frees o1 and o2
+/// (onto slot 1's detached freelist) while task 2 on slot 1 (an interrupt
+/// of task 1) runs `interrupt(cache, o3)`. Then destroy must find every
+/// object free and every page back.
+fn detached_model<D: arch_api::DwCas>(interrupt: fn(&Cache<D, true>, usize)) {
+    loom::model(move || {
         let cpus = LoomCpus::<true>::new(2, &[0, 1, 1]);
         cpus.bind(0);
-        let c = Arc::new(cache_owner_only::<slub_core::DefaultDwCas>(
-            cpus,
-            2,
-            CacheFlags::empty(),
-        ));
+        let c = Arc::new(cache_owner_only::<D>(cpus, 2, CacheFlags::empty()));
         let o1 = c.alloc().unwrap().as_ptr() as usize;
         let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
         let o3 = c.alloc().unwrap().as_ptr() as usize; // new slab Y; X full, on no list
@@ -245,61 +238,43 @@ pub fn detached_take() {
             let c = c.clone();
             loom::thread::spawn(move || {
                 c.cpus().bind(2);
-                let p = c.alloc().unwrap().as_ptr() as usize;
-                assert!(p != o3, "object handed out twice");
-                free(&c, p);
+                interrupt(&c, o3);
             })
         };
         t1.join().unwrap();
         t2.join().unwrap();
-        free(&c, o3);
         destroy_all(c);
     });
 }
 
+/// (5) The detached freelist, on a backend where only a slot's owner
+/// writes its cells (the only one that detaches): the interrupt allocates
+/// on slot 1, and its slow path takes the chain over and gives it back to
+/// X (which it may then take as its CPU slab, so task 1's second free may
+/// land on the CPU freelist instead). No object may be handed out twice.
+pub fn detached_take() {
+    detached_model::<slub_core::DefaultDwCas>(|c, o3| {
+        let p = c.alloc().unwrap().as_ptr() as usize;
+        assert!(p != o3, "object handed out twice");
+        free(c, p);
+        free(c, o3);
+    });
+}
+
 /// (6) The detached freelist with ia64's `cmp8xchg16`, which compares the
-/// cell's hi (the chain's length and sequence number) only: task 1 frees
-/// two objects of a full slab X onto slot 1's detached freelist while task
-/// 2, an interrupt on the same slot, allocates (its slow path takes the
-/// chain over and gives it back) and frees an object of another slab Y (a
-/// new chain, as long as the one it took). A push preempted across both
-/// must fail its CAS. No object may be handed out twice, and destroy must
-/// find every object free and every page back.
+/// cell's hi (the chain's length and sequence number) only: the interrupt
+/// allocates (its slow path takes the chain over and gives it back), then
+/// frees an object of another slab (a new chain, as long as the one it
+/// took). A push of task 1 preempted across both must fail its CAS. No
+/// object may be handed out twice.
 pub fn detached_cmp8xchg16() {
-    loom::model(|| {
-        let cpus = LoomCpus::<true>::new(2, &[0, 1, 1]);
-        cpus.bind(0);
-        let c = Arc::new(cache_owner_only::<arch_ia64_sim::Cmp8xchg16>(
-            cpus,
-            2,
-            CacheFlags::empty(),
-        ));
-        let o1 = c.alloc().unwrap().as_ptr() as usize;
-        let o2 = c.alloc().unwrap().as_ptr() as usize; // X exhausted
-        let o3 = c.alloc().unwrap().as_ptr() as usize; // new slab Y; X full, on no list
-        let t1 = {
-            let c = c.clone();
-            loom::thread::spawn(move || {
-                c.cpus().bind(1);
-                free(&c, o1);
-                free(&c, o2);
-            })
-        };
-        let t2 = {
-            let c = c.clone();
-            loom::thread::spawn(move || {
-                c.cpus().bind(2);
-                let p = c.alloc().unwrap().as_ptr() as usize;
-                assert!(p != o3, "object handed out twice");
-                free(&c, o3);
-                let q = c.alloc().unwrap().as_ptr() as usize;
-                assert!(q != p, "object handed out twice");
-                free(&c, p);
-                free(&c, q);
-            })
-        };
-        t1.join().unwrap();
-        t2.join().unwrap();
-        destroy_all(c);
+    detached_model::<arch_ia64_sim::Cmp8xchg16>(|c, o3| {
+        let p = c.alloc().unwrap().as_ptr() as usize;
+        assert!(p != o3, "object handed out twice");
+        free(c, o3);
+        let q = c.alloc().unwrap().as_ptr() as usize;
+        assert!(q != p, "object handed out twice");
+        free(c, p);
+        free(c, q);
     });
 }

@@ -83,7 +83,10 @@
 //!   `ThreadCpus` (each thread is a CPU; CPU-local CAS) and `MigratingCpus`
 //!   (tasks share CPU slots and can migrate between reading the tid and the
 //!   CAS; SMP CAS). Bare metal: the OS implements it; the
-//!   [`cpu`](arch_api::cpu) module docs list what it must guarantee.
+//!   [`cpu`](arch_api::cpu) module docs list what it must guarantee. A
+//!   backend whose cells only their owner writes (`OWNER_ONLY_WRITES`)
+//!   also gets the tid front's detached freelists (frees of other slabs'
+//!   objects without a LOCKed instruction each).
 //! * `K::Mem`: where slab pages come from: the OS's arch-api `FrameSource`
 //!   and its direct map `PhysMap`, as one handle (the kernel's own, or
 //!   [`FramePages`] pairing two); [`PageSource`] lists the sizes,

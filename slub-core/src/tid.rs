@@ -65,8 +65,9 @@ enum Window {
 pub(crate) enum FastFree {
     /// Freed.
     Done,
-    /// Not an object of the CPU slab: free it to its own slab.
-    ToSlab,
+    /// Not an object of the CPU slab, whose CPU this is: free it to its
+    /// own slab, or onto that CPU's detached freelist.
+    ToSlab(usize),
     /// Take the slow path (which starts over and reports any error).
     Slow,
 }
@@ -436,8 +437,8 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
 
     /// The tid fast free, one try: push `p` (an object boundary, checked by
     /// the caller) onto the CPU freelist with one CAS. `p` outside the CPU
-    /// slab goes straight to its slab's freelist ([`FastFree::ToSlab`], as
-    /// [`free`](Self::free) does); anything else (no CPU id, `p`
+    /// slab is the caller's to free to its slab or onto the CPU's detached
+    /// freelist ([`FastFree::ToSlab`]); anything else (no CPU id, `p`
     /// already the head, a lost CAS) sends the caller to the slow path, which
     /// starts over with `free`.
     #[inline(always)]
@@ -452,7 +453,7 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         // `NO_SLAB` needs no test of its own: its slab base is 0, and no
         // object lies in the object area of a slab at address 0.
         if !s.geo().in_range(s.geo().base_of(fl as usize), p) {
-            return FastFree::ToSlab;
+            return FastFree::ToSlab(cpu);
         }
         if fl == p as u64 {
             return FastFree::Slow;

@@ -251,12 +251,14 @@ impl<K: Platform> KmemCache<K> {
     fn tid_free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
         match self.tid.free_fast(&self.slabs, p) {
             FastFree::Done => Some(Ok(())),
-            FastFree::ToSlab if !self.tid.detaches() => Some(if self.slabs.try_free_to_slab(p) {
-                Ok(())
-            } else {
-                self.tid_free_to_slab(p)
-            }),
-            FastFree::ToSlab => match self.tid.detach_fast(&self.slabs, p) {
+            FastFree::ToSlab(_) if !self.tid.detaches() => {
+                Some(if self.slabs.try_free_to_slab(p) {
+                    Ok(())
+                } else {
+                    self.tid_free_to_slab(p)
+                })
+            }
+            FastFree::ToSlab(cpu) => match self.tid.detach_fast(&self.slabs, cpu, p) {
                 Detach::Done => Some(Ok(())),
                 // `p` is freed; the chain it ended is given back out of
                 // line. A chain a double free corrupted stays in use, and

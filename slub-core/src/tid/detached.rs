@@ -72,7 +72,7 @@ pub(crate) enum Detach {
     /// head and length these are, is the caller's to give back
     /// ([`TidFront::give_back_detached`]).
     Flush(u64, usize),
-    /// Take the slow path (no CPU id, a foreign slab, the object already
+    /// Take the slow path (a foreign slab, the object already
     /// heading the chain or its slab's freelist, a chain as long as its
     /// slab has objects, a lost CAS), which starts over.
     Slow,
@@ -89,13 +89,11 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     }
 
     /// Frees `p` (an object boundary outside the CPU slab, checked by the
-    /// caller) onto the detached freelist, in one try.
+    /// caller) onto the detached freelist of `cpu` (the fast path's CPU id),
+    /// in one try.
     #[inline(always)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    pub(crate) fn detach_fast(&self, s: &Slabs<P, C, D, R>, p: usize) -> Detach {
-        let Some(cpu) = self.fast_cpu(s) else {
-            return Detach::Slow;
-        };
+    pub(crate) fn detach_fast(&self, s: &Slabs<P, C, D, R>, cpu: usize, p: usize) -> Detach {
         let c = self.cpu_slab(cpu);
         let hi = c.detached.load_hi(Ordering::Acquire);
         let head = c.detached.load_lo(Ordering::Acquire);

@@ -84,9 +84,9 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> Slabs<P, C, D, R> {
         self.slab_free_in(self.single(p), self.freezing())
     }
 
-    /// A chain of `cnt` objects of slab `x`, `head..=tail`, that a CPU
-    /// linked while freeing them (its detached freelist, whose slab was
-    /// checked when the chain was started), given back to `x` as
+    /// A chain of `cnt` objects of slab `x` from `head`, that a CPU linked
+    /// while freeing them (its detached freelist, whose slab was checked
+    /// when the chain was started), given back to `x` as
     /// [`free_to_slab`](Self::free_to_slab) gives one object: the slab if
     /// the chain made it partial and froze it for the caller's CPU.
     ///

@@ -188,9 +188,13 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
         Ok(())
     }
 
-    /// Gives CPU `cpu`'s detached freelist back, if it has one. Under the
+    /// Gives CPU `cpu`'s detached freelist back, if it has one (nothing to
+    /// do, not even a load, on a backend that does not detach). Under the
     /// guard of `cpu`, or with exclusive access.
     pub(crate) fn flush_detached(&self, s: &Slabs<P, C, D, R>, cpu: usize) {
+        if !self.detaches() {
+            return;
+        }
         if let Some((head, n)) = self.take_detached(cpu) {
             // An error is a chain a double free corrupted: left in use.
             let _ = self.give_back_detached(s, head, n, Some(cpu));
@@ -198,9 +202,10 @@ impl<P: PageSource, C: CpuLocal, D: DwCas, R: RawMutex> TidFront<P, C, D, R> {
     }
 
     /// Whether `p` heads CPU `cpu`'s detached freelist: freeing it again
-    /// is a double free.
+    /// is a double free. (Never, and no load, on a backend that does not
+    /// detach.)
     #[inline]
     pub(crate) fn heads_detached(&self, cpu: usize, p: usize) -> bool {
-        self.cpu_slab(cpu).detached.load_lo(Ordering::Acquire) == p as u64
+        self.detaches() && self.cpu_slab(cpu).detached.load_lo(Ordering::Acquire) == p as u64
     }
 }

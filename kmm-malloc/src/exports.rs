@@ -399,7 +399,7 @@ mod c {
         REGION.in_use()
     }
 
-    /// `malloc_trim(3)`: shrinks every cache (on the calling CPU) and gives
+    /// `malloc_trim(3)`: shrinks every cache (on every CPU) and gives
     /// freed page blocks back to the kernel; 1 if anything was given back.
     #[unsafe(no_mangle)]
     pub extern "C" fn malloc_trim(_pad: usize) -> i32 {

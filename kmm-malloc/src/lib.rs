@@ -351,37 +351,14 @@ pub(crate) fn die(msg: &str, p: usize) -> ! {
     unsafe { libc::abort() }
 }
 
-/// Shrinks every cache on every CPU (`kmem_cache_shrink` flushes the
-/// calling CPU's slab, partials and sheaves, so the thread visits each CPU
-/// it may run on in turn) and trims the region; returns the slabs plus
-/// pages given back.
+/// Shrinks every cache (each flushes every CPU's slab, partials and
+/// sheaves: `LinuxCpus::on_each_cpu` takes each CPU's lock in turn) and
+/// trims the region; returns the slabs plus pages given back.
 pub(crate) fn trim() -> usize {
     let Some(km) = kmalloc() else {
         return 0;
     };
-    let mut slabs = 0;
-    // SAFETY: `cpu_set_t`s are plain bitmaps; the calls read/write ours.
-    unsafe {
-        let mut saved: libc::cpu_set_t = core::mem::zeroed();
-        let sz = core::mem::size_of::<libc::cpu_set_t>();
-        let have = libc::sched_getaffinity(0, sz, &mut saved) == 0;
-        for cpu in 0..cpus().nr_cpus() {
-            if have && !libc::CPU_ISSET(cpu, &saved) {
-                continue;
-            }
-            let mut one: libc::cpu_set_t = core::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
-            if have && libc::sched_setaffinity(0, sz, &one) != 0 {
-                continue;
-            }
-            slabs += km.caches().iter().map(|c| c.shrink()).sum::<usize>();
-        }
-        if have {
-            libc::sched_setaffinity(0, sz, &saved);
-        } else {
-            slabs += km.caches().iter().map(|c| c.shrink()).sum::<usize>();
-        }
-    }
+    let slabs: usize = km.caches().iter().map(|c| c.shrink()).sum();
     slabs + REGION.trim() / region::PAGE
 }
 

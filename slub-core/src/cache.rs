@@ -441,18 +441,25 @@ impl<K: Platform> KmemCache<K> {
         self.nr_cpus
     }
 
-    /// `kmem_cache_shrink`: flushes the calling CPU's slab, partial slabs and
-    /// sheaves, then returns every empty slab on the node partial list to the
-    /// platform's memory. Returns how many slabs were returned.
-    pub fn shrink(&self) -> usize {
+    /// `kmem_cache_shrink`: flushes every CPU's slab, partial slabs,
+    /// detached freelist and sheaves that the backend's
+    /// [`on_each_cpu`](crate::CpuLocal::on_each_cpu) reaches (Linux's
+    /// `flush_all`; the calling CPU's only, with a backend that keeps the
+    /// default), then returns every empty slab on the node partial list to
+    /// the platform's memory. Returns how many slabs were returned.
+    ///
+    /// Not from a pinned section or an interrupt handler: the flush of
+    /// another CPU may wait for that CPU.
+    pub fn shrink(&self) -> usize
+    where
+        // Other CPUs run the flush of their state: the cache is shared.
+        Self: Sync,
+    {
         if self.is_destroyed() {
             return 0;
         }
         self.drain_nolock_frees();
-        {
-            let (_g, cpu) = self.slabs.cpus().pin();
-            self.flush_cpu(cpu);
-        }
+        self.slabs.cpus().on_each_cpu(&|cpu| self.flush_cpu(cpu));
         self.sheaves.flush_barn(&self.slabs);
         self.slabs.discard_empty_partials()
     }

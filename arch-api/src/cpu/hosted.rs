@@ -58,6 +58,18 @@ impl HostedCpus {
     fn current(&self) -> usize {
         CURRENT.with(Cell::get) % self.locks.len()
     }
+
+    /// CPU `id`'s lock, waited for.
+    fn lock(&self, id: usize) -> HostedPin<'_> {
+        let lock = &self.locks[id];
+        while lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        HostedPin { lock }
+    }
 }
 
 // SAFETY: ids are `0..nr`; `pin`'s guard holds the CPU's lock, so no two
@@ -79,14 +91,17 @@ unsafe impl CpuLocal for HostedCpus {
 
     fn pin(&self) -> (HostedPin<'_>, usize) {
         let id = self.current();
-        let lock = &self.locks[id];
-        while lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            core::hint::spin_loop();
+        (self.lock(id), id)
+    }
+
+    /// Every CPU in turn, under its lock: what a thread that declared it
+    /// would hold.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        for id in 0..self.locks.len() {
+            let _g = self.lock(id);
+            f(id);
         }
-        (HostedPin { lock }, id)
+        self.locks.len()
     }
 
     /// One attempt at the CPU's lock: a handler that interrupted the holder

@@ -291,6 +291,28 @@ unsafe impl CpuLocal for LinuxCpus {
         self.try_current().ok()
     }
 
+    /// Every CPU id in turn, under its lock (taken from this thread, as
+    /// [`try_pin_id`](LinuxCpus::try_pin_id) does): the lock, not the CPU,
+    /// is what excludes, so no migration is needed.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        for id in 0..self.nr {
+            let mut spins = 0u32;
+            let _g = loop {
+                if let Some(g) = self.try_pin_id(id) {
+                    break g;
+                }
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            };
+            f(id);
+        }
+        self.nr
+    }
+
     /// The same try-lock: a signal handler that interrupted the holder (on
     /// this thread or another one on this CPU) finds the lock taken.
     #[inline(always)]
@@ -499,6 +521,25 @@ mod tests {
             // possible but rare, so compare a few times.
             assert!((0..50).any(|_| rseq_cpu() == Some(getcpu_cpu())), "{id}");
         }
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "rseq / getcpu / sysfs: syscalls and inline asm Miri cannot run"
+    )]
+    fn on_each_cpu_holds_each_ids_lock_once() {
+        let cpus = LinuxCpus::new();
+        let seen = std::sync::Mutex::new(std::vec::Vec::new());
+        let ran = cpus.on_each_cpu(&|id| {
+            assert!(cpus.try_pin_id(id).is_none(), "CPU {id}'s lock is free");
+            seen.lock().unwrap().push(id);
+        });
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(ran, cpus.nr_cpus());
+        assert_eq!(seen, (0..cpus.nr_cpus()).collect::<std::vec::Vec<_>>());
+        // Every lock given back.
+        assert!((0..cpus.nr_cpus()).all(|id| cpus.try_pin_id(id).is_some()));
     }
 
     /// Threads pinning their CPU (`pin`, `try_pin`) and one taking random

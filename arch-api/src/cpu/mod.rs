@@ -50,6 +50,15 @@
 //!   kernel can implement it with its preemption-safe per-CPU operations;
 //!   `LinuxCpus` (feature `std`) runs an rseq critical section. The
 //!   sheaves front's fast paths then take no guard at all.
+//! * [`on_each_cpu`](CpuLocal::on_each_cpu) (optional; the default reaches
+//!   the calling CPU only): Linux's `on_each_cpu(func, info, wait = 1)`,
+//!   which `kmem_cache_shrink` uses to flush every CPU's slab, partial
+//!   slabs and sheaves. Each call of the function must run with that CPU's
+//!   exclusive use, as under [`pin`](CpuLocal::pin)'s guard: on the CPU
+//!   itself (an IPI whose handler pins, as Linux's `flush_all` runs
+//!   per-CPU work), or from elsewhere holding the CPU's guard where the
+//!   guard is a lock another thread may take. Never called from a pinned
+//!   section or an interrupt handler (it waits for the other CPUs).
 //! * `OWNER_ONLY_WRITES = true` only if the per-CPU cells are written solely
 //!   by code running on their own CPU. The fast path computes the cell's
 //!   address from [`current_cpu`](CpuLocal::current_cpu) and then runs the
@@ -139,6 +148,22 @@ pub unsafe trait CpuLocal: Sync {
     #[inline(always)]
     fn pinned_cpu(&self) -> Option<usize> {
         None
+    }
+
+    /// Runs `f(cpu)` for every CPU id this backend can reach, each with
+    /// that CPU's exclusive use (as under [`pin`](Self::pin)'s guard, see
+    /// the module docs), and returns once all calls have returned: how many
+    /// ran. Linux's `on_each_cpu` with `wait`. The default reaches the
+    /// calling CPU only (`f` under [`pin`](Self::pin), returning 1): right
+    /// for a backend that cannot run code on, or lock, another CPU.
+    ///
+    /// Must not be called from a pinned section or an interrupt handler: an
+    /// implementation may wait for the other CPUs, which may be waiting
+    /// for the caller's.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        let (_g, cpu) = self.pin();
+        f(cpu);
+        1
     }
 
     /// Pops a word from the stack of the CPU the caller runs on, with no
@@ -247,6 +272,9 @@ unsafe impl<T: CpuLocal> CpuLocal for &T {
     #[inline(always)]
     fn pinned_cpu(&self) -> Option<usize> {
         (**self).pinned_cpu()
+    }
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        (**self).on_each_cpu(f)
     }
     #[inline(always)]
     unsafe fn pop_local(&self, stacks: &LocalStacks) -> LocalOp {

@@ -59,6 +59,13 @@ fn try_acquire() -> Option<usize> {
     None
 }
 
+/// Takes slot `id` if no thread holds it.
+fn try_acquire_id(id: usize) -> bool {
+    let bit = 1 << (id % 64);
+    // Acquire: as `try_acquire`, the slot's state as its last holder left it.
+    POOL[id / 64].fetch_or(bit, Ordering::Acquire) & bit == 0
+}
+
 fn release(id: usize) {
     // Release: the slot's per-CPU state written by this thread is visible to
     // the next thread that acquires the slot.
@@ -149,6 +156,29 @@ unsafe impl CpuLocal for ThreadCpus {
         Self::borrow_slot()
     }
 
+    /// The calling thread's slot, and every slot no thread holds, each
+    /// taken from the pool for the call as a borrowed slot is: a thread that
+    /// exited left its slot's per-CPU state (a CPU slab, partial slabs, a
+    /// sheaf) for whichever thread takes the slot next, and this reaches
+    /// it. A slot another live thread holds is not reached: a thread runs
+    /// only its own code, as a CPU runs only what it is sent.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        let mine = self.current_cpu();
+        let mut ran = 0;
+        if let Some(id) = mine {
+            f(id);
+            ran += 1;
+        }
+        for id in (0..MAX_THREAD_CPUS).filter(|&id| Some(id) != mine) {
+            if try_acquire_id(id) {
+                let _slot = BorrowedSlot(Some(id));
+                f(id);
+                ran += 1;
+            }
+        }
+        ran
+    }
+
     #[inline(always)]
     fn pinned_cpu(&self) -> Option<usize> {
         // A slot is exclusive to the thread holding it, so the thread is
@@ -188,6 +218,7 @@ mod tests {
 
     #[test]
     fn threads_get_distinct_slots_and_give_them_back() {
+        let _one = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
         let cpus = ThreadCpus::new();
         let mine = cpus.current_cpu().unwrap();
         assert_eq!(cpus.current_cpu(), Some(mine), "stable within a thread");
@@ -202,5 +233,46 @@ mod tests {
         };
         assert_ne!(id, mine);
         drop(g);
+    }
+
+    /// Slots are the process's: the tests that count which thread holds
+    /// which run one at a time.
+    static SLOTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn on_each_cpu_reaches_its_own_slot_and_free_ones_not_a_live_threads() {
+        use std::sync::{Barrier, Mutex};
+        let _one = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        let cpus = ThreadCpus::new();
+        let mine = cpus.current_cpu().unwrap();
+        let (held, go) = (Barrier::new(2), Barrier::new(2));
+        std::thread::scope(|s| {
+            let live = s.spawn(|| {
+                let id = ThreadCpus.current_cpu().unwrap();
+                held.wait();
+                go.wait();
+                id
+            });
+            held.wait();
+            // Its slot is given back before `join` returns.
+            let exited = std::thread::spawn(|| ThreadCpus.current_cpu().unwrap())
+                .join()
+                .unwrap();
+            let seen = Mutex::new(std::vec::Vec::new());
+            let ran = cpus.on_each_cpu(&|cpu| seen.lock().unwrap().push(cpu));
+            go.wait();
+            let live = live.join().unwrap();
+            let seen = seen.into_inner().unwrap();
+            assert_eq!(ran, seen.len());
+            assert!(seen.contains(&mine) && seen.contains(&exited));
+            assert!(!seen.contains(&live), "a live thread's slot was taken");
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), seen.len(), "a slot reached twice");
+            // Every slot borrowed for the call went back to the pool.
+            assert!(try_acquire_id(exited));
+            release(exited);
+        });
     }
 }

@@ -15,6 +15,12 @@ const GICC: usize = 0x0801_0000;
 const GICD_CTLR: usize = 0x000;
 /// `GICD_ISENABLER0`: SGIs and PPIs 0..31, banked per CPU.
 const GICD_ISENABLER0: usize = 0x100;
+/// `GICD_ITARGETSR0`: the targets of interrupts 0..3; for SGIs and PPIs
+/// read-only, each byte the reading CPU's own interface bit (4.3.12).
+const GICD_ITARGETSR0: usize = 0x800;
+/// `GICD_SGIR`: writing `targets << 16 | id` (TargetListFilter 0) sends
+/// SGI `id` to the CPU interfaces in `targets` (4.3.15).
+const GICD_SGIR: usize = 0xf00;
 /// `GICC_CTLR`: bit 0 signals group 0 interrupts to this CPU.
 const GICC_CTLR: usize = 0x000;
 /// `GICC_PMR`: interrupts with a priority value below it are signalled;
@@ -46,13 +52,28 @@ pub fn init_distributor() {
     write(GICD + GICD_CTLR, 1);
 }
 
-/// This CPU's interface: all priorities, signalling on, and the PPI `irq`
-/// enabled in this CPU's bank of `GICD_ISENABLER0`.
-pub fn init_cpu(ppi: u32) {
-    debug_assert!((16..32).contains(&ppi));
-    write(GICD + GICD_ISENABLER0, 1 << ppi);
+/// This CPU's interface: all priorities, signalling on, and the PPI `ppi`
+/// and the SGI `sgi` enabled in this CPU's bank of `GICD_ISENABLER0`
+/// (whether SGIs can be disabled at all is implementation defined).
+/// Returns this CPU's interface bit, the target [`send_sgi`] takes.
+pub fn init_cpu(ppi: u32, sgi: u32) -> u8 {
+    debug_assert!((16..32).contains(&ppi) && sgi < 16);
+    write(GICD + GICD_ISENABLER0, 1 << ppi | 1 << sgi);
     write(GICC + GICC_PMR, 0xff);
     write(GICC + GICC_CTLR, 1);
+    read(GICD + GICD_ITARGETSR0) as u8
+}
+
+/// Sends SGI `sgi` to the CPU interfaces of `targets` (bits, as
+/// [`init_cpu`] returns them).
+pub fn send_sgi(targets: u8, sgi: u32) {
+    // SAFETY: orders the sender's stores to normal memory (the call's
+    // mailbox) before the write that raises the SGI, a device write (Arm
+    // ARM DDI 0487 M.a, B2.3 "Definition of the Arm memory model":
+    // normal and device accesses are ordered only by barriers); no memory
+    // is touched.
+    unsafe { core::arch::asm!("dsb ishst", options(nostack, preserves_flags)) };
+    write(GICD + GICD_SGIR, u32::from(targets) << 16 | sgi);
 }
 
 /// Acknowledges the highest pending interrupt: the whole IAR value (the

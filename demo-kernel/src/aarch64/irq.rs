@@ -37,3 +37,26 @@ pub fn enable() {
 /// invalidation is broadcast by the hardware (`tlbi …is`), no IPI to serve.
 #[inline(always)]
 pub fn while_spinning() {}
+
+/// Whether IRQs are unmasked on this CPU (`DAIF.I`, bit 7, clear).
+#[inline(always)]
+pub fn enabled() -> bool {
+    let daif: u64;
+    // SAFETY: reading DAIF has no side effects.
+    unsafe { asm!("mrs {d}, daif", d = out(reg) daif, options(nomem, nostack)) };
+    daif & (1 << 7) == 0
+}
+
+/// The SGI of `on_each_cpu`'s calls (`../call.rs`).
+pub const CALL_SGI: u32 = 1;
+/// How long a call's sender waits (counter ticks: 62.5 MHz on qemu
+/// `virt`, so seconds).
+pub const CALL_TIMEOUT: u64 = 1_000_000_000;
+
+/// Sends the call SGI to CPU `cpu`.
+pub fn send_call(cpu: usize) {
+    let target = super::percpu::AREAS[cpu]
+        .gic_target
+        .load(core::sync::atomic::Ordering::Relaxed);
+    super::gic::send_sgi(target, CALL_SGI);
+}

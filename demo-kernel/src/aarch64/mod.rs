@@ -6,13 +6,15 @@
 //! `percpu.rs` is the per-CPU area behind `TPIDR_EL1` (the kernel's
 //! `CpuLocal`), `irq.rs` the IRQ mask and the IRQ-safe spinlock, `dtb.rs`
 //! reads the CPUs and the PSCI conduit from the DTB, `smp.rs` starts the
-//! secondaries.
+//! secondaries, `../call.rs` runs `on_each_cpu` through a GIC SGI.
 //! The arch-module contract is in `main.rs`.
 //!
 //! Architecture rules are cited from the Arm ARM, DDI 0487 M.a (section
 //! numbers move between revisions; each citation gives the title too).
 
 mod boot;
+#[path = "../call.rs"]
+mod call;
 mod dtb;
 mod gic;
 mod irq;

@@ -11,7 +11,7 @@ use super::irq_lock::IrqGuard;
 use arch_api::CpuLocal;
 use core::arch::asm;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 /// CPU slots: GICv2 has 8 CPU interfaces, `--smp` accepts at most 8.
 pub const MAX_CPUS: usize = 8;
@@ -30,6 +30,8 @@ pub struct Area {
     pub mpidr: AtomicU64,
     /// Set by the CPU itself once it runs Rust with the MMU on.
     pub online: AtomicBool,
+    /// Its GIC CPU interface bit (`gic::init_cpu`), an SGI's target.
+    pub gic_target: AtomicU8,
     /// Timer interrupts taken.
     pub ticks: AtomicU64,
     /// Allocations done by its interrupt handler.
@@ -55,6 +57,7 @@ impl Area {
             exc_stack_top: AtomicU64::new(0),
             mpidr: AtomicU64::new(0),
             online: AtomicBool::new(false),
+            gic_target: AtomicU8::new(0),
             ticks: AtomicU64::new(0),
             irq_allocs: AtomicU64::new(0),
             irq_bad: AtomicU64::new(0),
@@ -150,8 +153,11 @@ impl Default for PerCpu {
 // CPU is up, ids 0..online, no hotplug); `current_cpu` is the id of the CPU the
 // `mrs` ran on, and since the kernel never preempts or migrates, the caller
 // stays on it until it returns; `pin`'s guard masks IRQs (the only other
-// code that can run on this CPU, and the only one that allocates besides
-// the caller) until it drops. So the per-CPU cells of CPU `i` are written
+// code that can run on this CPU: the tick, which allocates, and the call
+// SGI, which runs `on_each_cpu`'s function, a flush of this CPU's slab
+// state, as code nested in a pinned section would) until it drops;
+// `on_each_cpu` runs `f(i)` on CPU `i`, in the SGI's handler (IRQs masked,
+// as under the guard). So the per-CPU cells of CPU `i` are written
 // only by code running on CPU `i` — the interrupted code or an interrupt
 // nested in it — and `OWNER_ONLY_WRITES` holds: the CPU-local DW-CAS is
 // atomic against an interrupt on its own CPU.
@@ -174,8 +180,15 @@ unsafe impl CpuLocal for PerCpu {
         (g, this_cpu().id)
     }
 
-    /// The IRQ guard again: the only nested context that allocates is the
-    /// tick, which cannot arrive inside a pinned section (IRQs masked (DAIF.I)), and this
+    /// A call SGI to every other online CPU (`../call.rs`), whose handler
+    /// runs `f` there with IRQs masked; this CPU's call under the guard.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        super::call::on_each_cpu(f)
+    }
+
+    /// The IRQ guard again: the only nested contexts that touch the
+    /// allocator are the tick and the call SGI, which cannot arrive inside
+    /// a pinned section (IRQs masked (DAIF.I)), and this
     /// kernel has no NMI handler, so nothing can interrupt a holder and
     /// call in here.
     #[inline(always)]

@@ -1,6 +1,7 @@
 //! The periodic tick on every CPU: the EL1 virtual timer (PPI 27 on qemu
 //! `virt`) through the GIC; what the tick does (allocate and free a few
-//! small objects) is `kernel/tick_batch.rs`, shared with x86_64.
+//! small objects) is `kernel/tick_batch.rs`, shared with x86_64. The IRQ
+//! handler here also takes the call SGI of `on_each_cpu` (`../call.rs`).
 
 use super::{gic, percpu};
 use core::arch::asm;
@@ -45,7 +46,9 @@ pub fn init_global() {
 /// This CPU's interface and timer, then IRQs on: from here the tick can
 /// cut into anything this CPU runs outside an IRQ-masked section.
 pub fn start_this_cpu() {
-    gic::init_cpu(VTIMER_PPI);
+    let me = percpu::this_cpu();
+    me.gic_target
+        .store(gic::init_cpu(VTIMER_PPI, super::irq::CALL_SGI), Relaxed);
     arm_timer();
     super::irq::enable();
 }
@@ -65,6 +68,8 @@ pub(super) extern "C" fn handle_irq() {
         let (done, bad) = crate::kernel::tick_batch::run(me.id);
         me.irq_bad.fetch_add(bad, Relaxed);
         me.irq_allocs.fetch_add(done, Relaxed);
+    } else if id == super::irq::CALL_SGI {
+        super::call::serve();
     }
     gic::end(iar);
 }

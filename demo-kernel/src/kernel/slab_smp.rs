@@ -12,7 +12,11 @@
 //!    another CPU allocated from;
 //! 3. alloc/stamp/check/free on until 4 of the CPU's ticks allocated on
 //!    the cache meanwhile (`tick_cache::churn_until_ticks`);
-//! 4. CPU 0 destroys the cache, which fails on a live object or a slab
+//! 4. CPU 0 shrinks the cache (`kmem_cache_shrink`): every CPU flushes its
+//!    slab, partial slabs, detached freelist and sheaves in the handler of
+//!    an IPI (`CpuLocal::on_each_cpu`, Linux's `flush_all`), so no slab may
+//!    be left, as no object is live;
+//! 5. CPU 0 destroys the cache, which fails on a live object or a slab
 //!    not back (`kmem_cache_destroy`): every page returned.
 
 use super::stale_check::MAX;
@@ -152,6 +156,9 @@ fn run_front(name: &'static str, flags: CacheFlags) {
     let (irq_allocs, irq_bad) = super::tick_cache::detach(&cache, cpus);
     CACHE.store(core::ptr::null_mut(), Ordering::Relaxed);
     let slabs = cache.nr_slabs();
+    // Every object is freed: a shrink that reaches every CPU leaves no slab.
+    let shrunk = cache.shrink();
+    let after_shrink = cache.nr_slabs();
     let destroyed = cache.destroy();
     kprint!(
         "{{\"workload\":\"slab-smp\",\"arch\":\"{}\",\"cpus\":{cpus},\"front\":\"{name}\",\"object_size\":{SIZE},\"pairs_per_cpu\":{PAIRS},\"remote_frees_per_cpu\":{REMOTE}",
@@ -167,7 +174,7 @@ fn run_front(name: &'static str, flags: CacheFlags) {
     };
     let (bad, errors) = (sum(&BAD), sum(&ERRORS));
     kprint!(
-        ",\"pattern_violations\":{bad},\"errors\":{errors},\"irq_allocs\":{irq_allocs},\"irq_objects_overwritten\":{irq_bad},\"slabs_before_destroy\":{slabs},\"destroyed\":{}}}\n",
+        ",\"pattern_violations\":{bad},\"errors\":{errors},\"irq_allocs\":{irq_allocs},\"irq_objects_overwritten\":{irq_bad},\"slabs_before_shrink\":{slabs},\"slabs_shrunk\":{shrunk},\"slabs_after_shrink\":{after_shrink},\"destroyed\":{}}}\n",
         destroyed.is_ok()
     );
     check(
@@ -182,6 +189,10 @@ fn run_front(name: &'static str, flags: CacheFlags) {
     check(
         irq_allocs > 0 || arch::tick_counts(0).is_none(),
         format_args!("slab-smp {name}: no tick allocated on the cache"),
+    );
+    check(
+        after_shrink == 0,
+        format_args!("slab-smp {name}: {after_shrink} of {slabs} slabs left after a shrink"),
     );
     check(
         destroyed.is_ok(),

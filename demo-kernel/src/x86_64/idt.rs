@@ -128,11 +128,12 @@ pub fn init() {
     }
     // Device interrupts on the interrupted stack (IST 0): they nest in
     // ordinary code, never in a fault.
-    use super::irq_entry::{demo_irq_shootdown, demo_irq_spurious, demo_irq_timer};
+    use super::irq_entry::{demo_irq_call, demo_irq_shootdown, demo_irq_spurious, demo_irq_timer};
     gates[super::tick::TIMER_VECTOR as usize] =
         interrupt_gate(demo_irq_timer as *const () as u64, 0);
     gates[super::shootdown::SHOOTDOWN_VECTOR as usize] =
         interrupt_gate(demo_irq_shootdown as *const () as u64, 0);
+    gates[super::irq::CALL_VECTOR as usize] = interrupt_gate(demo_irq_call as *const () as u64, 0);
     gates[super::apic::SPURIOUS_VECTOR as usize] =
         interrupt_gate(demo_irq_spurious as *const () as u64, 0);
     load();

@@ -1,5 +1,6 @@
 //! The entry stubs of the device interrupts (the local APIC timer, the TLB
-//! shootdown IPI, the APIC's spurious vector).
+//! shootdown IPI, the call IPI of `on_each_cpu`, the APIC's spurious
+//! vector).
 //!
 //! An interrupt can land anywhere outside an IF-clear section, so the stub
 //! saves every general register and the x87/SSE state (`fxsave64`) before
@@ -26,6 +27,12 @@ demo_irq_timer:
 demo_irq_shootdown:
     push rax
     lea rax, [rip + {shootdown}]
+    jmp demo_irq_common
+
+    .global demo_irq_call
+demo_irq_call:
+    push rax
+    lea rax, [rip + {call}]
     jmp demo_irq_common
 
     // A spurious interrupt gets no EOI (SDM Vol. 3A §11.9).
@@ -78,10 +85,12 @@ demo_irq_common:
     "#,
     tick = sym super::tick::handle_tick,
     shootdown = sym super::shootdown::handle_ipi,
+    call = sym super::irq::handle_call,
 );
 
 unsafe extern "C" {
     pub fn demo_irq_timer();
     pub fn demo_irq_shootdown();
+    pub fn demo_irq_call();
     pub fn demo_irq_spurious();
 }

@@ -196,9 +196,12 @@ impl Default for PerCpu {
 // CPU is up, ids 0..online, no hotplug); `current_cpu` is the id of the CPU the
 // `gs:`-relative load ran on, and since the kernel never preempts or
 // migrates, the caller stays on it until it returns; `pin`'s guard clears
-// IF (maskable interrupts — the tick and the shootdown IPI — are the only
-// other code that can run on this CPU, and the tick is the only one that
-// allocates) until it drops. So CPU `i`'s per-CPU cells are written only by
+// IF (maskable interrupts — the tick, the shootdown IPI and the call IPI —
+// are the only other code that can run on this CPU; the tick allocates and
+// the call IPI runs `on_each_cpu`'s function, a flush of this CPU's slab
+// state, both as code nested in a pinned section would) until it drops;
+// `on_each_cpu` runs `f(i)` on CPU `i`, in the call IPI's handler (IF
+// clear, as under the guard). So CPU `i`'s per-CPU cells are written only by
 // code on CPU `i` — the interrupted code or an interrupt nested in it — and
 // `OWNER_ONLY_WRITES` holds: the CPU-local DW-CAS (`cmpxchg16b` without
 // LOCK) is atomic against an interrupt on its own CPU, since interrupts
@@ -222,8 +225,15 @@ unsafe impl CpuLocal for PerCpu {
         (g, this_cpu().id)
     }
 
-    /// The IRQ guard again: the only nested context that allocates is the
-    /// tick, which cannot arrive inside a pinned section (IF clear), and this
+    /// A call IPI to every other online CPU (`../call.rs`), whose handler
+    /// runs `f` there with IF clear; this CPU's call under the guard.
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        super::call::on_each_cpu(f)
+    }
+
+    /// The IRQ guard again: the only nested contexts that touch the
+    /// allocator are the tick and the call IPI, which cannot arrive inside
+    /// a pinned section (IF clear), and this
     /// kernel has no NMI handler, so nothing can interrupt a holder and
     /// call in here.
     #[inline(always)]

@@ -27,7 +27,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 pub const SHOOTDOWN_VECTOR: u32 = 0x41;
 /// ICR low for a fixed IPI: delivery mode 000, physical destination,
 /// level assert (bit 14; SDM Vol. 3A §11.6.1).
-const ICR_FIXED: u32 = 1 << 14;
+pub(super) const ICR_FIXED: u32 = 1 << 14;
 
 /// Per sender: the address of its request while it waits (0 otherwise).
 static REQ: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];

@@ -164,6 +164,14 @@ unsafe impl CpuLocal for MigratingCpus {
         }
     }
 
+    fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
+        for (slot, lock) in self.slot_locks.iter().enumerate() {
+            let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            f(slot);
+        }
+        self.slot_locks.len()
+    }
+
     #[cfg(feature = "testing")]
     fn preempt_point(&self, at: crate::testing::PreemptPoint) {
         // Only the tid windows: inside a pinned sheaves section a migration

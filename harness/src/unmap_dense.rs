@@ -3,10 +3,13 @@
 //! software TLB model.
 //!
 //! * `zap`: `zap_range` under the `work` budget; the gather chains batch
-//!   pages (`Gather::with_chain`), so it flushes once per lock break
-//!   (`TlbFlush::flush_ranges`, a full flush above the 33-page ceiling)
-//!   rather than once per fixed batch; `gather_flushes`, `gather_batches`
-//!   and `chained_pages` in the JSON say how it went.
+//!   pages (`Gather::with_chain`) and, with `--across-breaks on` (the
+//!   default), stays open across lock breaks (`Gather::across_breaks`: the
+//!   range is the zap's own, as a `vunmap`'s is), so it flushes once per
+//!   full chain (`TlbFlush::flush_ranges`, a full flush above the 33-page
+//!   ceiling); with `off`, once per lock break. `gather_flushes`,
+//!   `gather_batches`, `chained_pages` and `gather_across_breaks` in the
+//!   JSON say how it went.
 //! * `x86_64-crate`: rust-osdev `x86_64` 0.15 (`default-features = false`),
 //!   `MappedPageTable` over the walker-built tables (same x86 entry format),
 //!   per-page `unmap`. A hosted process cannot execute `invlpg`, so each
@@ -56,6 +59,10 @@ pub struct UnmapDenseArgs {
     /// The zap walker's ZAP_BLOCK_SIZE: 8 pages (on) or 1024 pages (off).
     #[arg(long, value_enum, default_value = "off")]
     pub preempt: OnOff,
+    /// The zap walker's gather stays open across lock breaks
+    /// (`Gather::across_breaks`), or ends at each (off).
+    #[arg(long, value_enum, default_value = "on")]
+    pub across_breaks: OnOff,
 }
 
 struct Outcome {
@@ -103,6 +110,9 @@ fn run_zap<L: PageTableLayout>(a: &UnmapDenseArgs, common: &Common) -> Result<Ou
     let mut w = Walker::<L, _>::new(&arena).map_err(|e| e.to_string())?;
     map_all(&mut w, &arena, start, pages)?;
     let mut g: Gather<_> = Gather::new(tlb.on(0)).with_chain(MAX_CHAIN_PAGES);
+    if a.across_breaks == OnOff::On {
+        g = g.across_breaks();
+    }
     let mut b = WorkBudget::for_page_size(ps, a.preempt == OnOff::On).with_hook(
         |i: &zap_walker::BreakInfo| {
             std::hint::black_box(i);
@@ -322,6 +332,7 @@ pub fn run(common: &Common, a: &UnmapDenseArgs) -> i32 {
                 "gather_flushes": out.gather.flushes,
                 "gather_batches": out.gather.batches,
                 "chained_pages": out.gather.chained_pages,
+                "gather_across_breaks": a.walker == WalkerKind::Zap && a.across_breaks == OnOff::On,
             })
         );
     } else {

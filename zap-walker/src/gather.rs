@@ -178,6 +178,12 @@ pub struct Gather<T: TlbFlush, const N: usize = DEFAULT_BATCH, S: FrameSink = Fr
     /// sorted, disjoint and not adjacent.
     ranges: ArrayVec<(u64, u64), FLUSH_RANGES>,
     freed_tables: bool,
+    /// Whether a lock break may leave the batch open (see
+    /// [`Gather::across_breaks`]).
+    pub(crate) across_breaks: bool,
+    /// A table page whose span reaches outside the zap's range waits in
+    /// this batch: the next lock break must end it.
+    pub(crate) outside_table: bool,
     pub(crate) stats: GatherStats,
 }
 
@@ -214,6 +220,8 @@ impl<T: TlbFlush, const N: usize, S: FrameSink> Gather<T, N, S> {
             chain_max: 0,
             ranges: ArrayVec::new(),
             freed_tables: false,
+            across_breaks: false,
+            outside_table: false,
             stats: GatherStats::default(),
         }
     }
@@ -241,6 +249,56 @@ impl<T: TlbFlush, const N: usize, S: FrameSink> Gather<T, N, S> {
     pub fn with_chain(mut self, pages: usize) -> Self {
         self.chain_max = pages.min(MAX_CHAIN_PAGES);
         self
+    }
+
+    /// The same gather, keeping its batch open across a zap's lock breaks
+    /// (Linux's `mmu_gather`, which `cond_resched` does not flush): the
+    /// batch ends when it is full (with [`with_chain`](Self::with_chain),
+    /// its chain too), when the zap is done, or at the first lock break
+    /// after a table page whose span reaches outside the zap's range was
+    /// unlinked. A dense zap then flushes once per full chain, not once
+    /// per budget. Nothing is freed before the flush that covers it, as
+    /// always; what waits is held a little longer (at most the batch and
+    /// its chain).
+    ///
+    /// The caller promises that nothing maps into the zap's range until
+    /// `zap_range` returns, lock breaks included (the range is being
+    /// unmapped: a `vunmap`, an `munmap` under the OS's address-space
+    /// lock). Then a translation that other CPUs still cache for a cleared
+    /// page, or a walk they cache through a table unlinked inside the
+    /// range, can only serve accesses to the range, which reach frames and
+    /// tables the gather still holds. A table whose span reaches outside
+    /// the range could be replaced there by another mapping during the
+    /// break, so it is flushed before the break, as without this option.
+    ///
+    /// ```
+    /// use zap_walker::{Gather, MAX_CHAIN_PAGES};
+    /// # use zap_walker::{TlbFlush, VirtAddr};
+    /// # struct NoTlb;
+    /// # impl TlbFlush for NoTlb {
+    /// #     fn flush_page(&self, _: VirtAddr) {}
+    /// #     fn flush_all(&self) {}
+    /// # }
+    /// let g: Gather<NoTlb> = Gather::new(NoTlb)
+    ///     .with_chain(MAX_CHAIN_PAGES)
+    ///     .across_breaks();
+    /// assert!(g.keeps_across_breaks());
+    /// ```
+    pub fn across_breaks(mut self) -> Self {
+        self.across_breaks = true;
+        self
+    }
+
+    /// Whether a lock break may leave the batch open
+    /// ([`across_breaks`](Self::across_breaks)).
+    pub fn keeps_across_breaks(&self) -> bool {
+        self.across_breaks
+    }
+
+    /// Whether a lock break must end the batch now.
+    #[inline]
+    pub(crate) fn ends_at_break(&self) -> bool {
+        !self.across_breaks || self.outside_table
     }
 
     /// Batch pages this gather may chain.
@@ -428,6 +486,7 @@ impl<T: TlbFlush, const N: usize, S: FrameSink> Gather<T, N, S> {
         }
         self.ranges.clear();
         self.freed_tables = false;
+        self.outside_table = false;
     }
 
     /// An immediate flush of `[start, last]` (break-before-make on a split).

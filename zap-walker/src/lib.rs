@@ -48,7 +48,10 @@
 //!   emptied tables in a [`Gather`] that flushes the TLB once per batch (up
 //!   to eight disjoint ranges in one shootdown) and returns the frames with one
 //!   `FrameSource::free_many` call, and
-//!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent.
+//!   calls the OS's lock-break hook (`cond_resched`) when the budget is spent
+//!   (a batch ends there too, unless the gather stays open across breaks:
+//!   [`Gather::across_breaks`], for a caller who owns the range, as
+//!   Linux's `mmu_gather` does across `cond_resched`).
 //!   Table pages that become empty are freed, as Linux's `free_pgtables`;
 //!   [`Walker::free_empty_table`] gives one back on request so a large leaf
 //!   can take its place (Linux's `pmd_free_pte_page`).

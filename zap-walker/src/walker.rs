@@ -299,8 +299,10 @@ pub struct Walker<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> {
     pub(crate) free_error: Option<WalkError>,
     /// Zeroed table pages kept for reuse (`stock.rs`); off unless asked for.
     pub(crate) stock: TableStock,
-    /// The last address of the zap in progress (a large leaf ending at or
-    /// before it is covered, whatever the budget's blocks).
+    /// The first and last address of the zap in progress (a large leaf
+    /// ending at or before the last is covered, whatever the budget's
+    /// blocks; a table reaching outside them is flushed before a break).
+    pub(crate) zap_first: u64,
     pub(crate) zap_last: u64,
     _layout: PhantomData<fn() -> L>,
 }
@@ -411,6 +413,7 @@ impl<'m, L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'m, L, M>
             stats: WalkStats::default(),
             free_error: None,
             stock: TableStock::default(),
+            zap_first: 0,
             zap_last: 0,
             _layout: PhantomData,
         })

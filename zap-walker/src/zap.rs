@@ -51,6 +51,7 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
         let mut units_mark = self.stats.budget_units;
         let mut visits_mark = self.stats.entries_visited;
         let mut addr = s;
+        self.zap_first = s;
         self.zap_last = e.wrapping_sub(1);
         let mut result = Ok(());
         while addr < e {
@@ -73,8 +74,12 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             }
             if addr < e && budget.break_after_block() {
                 // Everything cleared so far is flushed and freed before the
-                // OS may run something else (or retake the lock).
-                self.finish_gather(gather);
+                // OS may run something else (or retake the lock), unless
+                // the gather may keep it: then only what another mapping
+                // could reach during the break must go first.
+                if gather.ends_at_break() {
+                    self.finish_gather(gather);
+                }
                 let info = BreakInfo {
                     reached: addr,
                     units_since_break: self.stats.budget_units - units_mark,
@@ -319,6 +324,9 @@ impl<L: PageTableLayout, M: FrameSource + PhysMap + ?Sized> Walker<'_, L, M> {
             t.store(idx, L::Entry::EMPTY.raw());
             *live -= 1;
             g.note_table(block, block + (span - 1), addr, L::PAGE_SIZE);
+            if block < self.zap_first || block + (span - 1) > self.zap_last {
+                g.outside_table = true;
+            }
             let size = self.alloc_bytes(level + 1);
             self.gather_push(
                 g,

@@ -242,6 +242,23 @@ impl LinuxCpus {
     }
 }
 
+/// Retries `attempt` until it answers: spinning a little, then yielding
+/// (the holder of the lock it tries was probably preempted: let it run).
+fn spin_until<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
+    let mut spins = 0u32;
+    loop {
+        if let Some(t) = attempt() {
+            return t;
+        }
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Default for LinuxCpus {
     fn default() -> Self {
         Self::new()
@@ -269,21 +286,9 @@ unsafe impl CpuLocal for LinuxCpus {
     }
 
     fn pin(&self) -> (LinuxPin<'_>, usize) {
-        let mut spins = 0u32;
-        loop {
-            // The current CPU each time: after a wait the thread may run
-            // elsewhere, where the lock is probably free.
-            if let Ok(pinned) = self.try_current() {
-                return pinned;
-            }
-            spins += 1;
-            if spins < 64 {
-                core::hint::spin_loop();
-            } else {
-                // The holder was probably preempted on this CPU: let it run.
-                std::thread::yield_now();
-            }
-        }
+        // The current CPU each time: after a wait the thread may run
+        // elsewhere, where the lock is probably free.
+        spin_until(|| self.try_current().ok())
     }
 
     #[inline(always)]
@@ -296,18 +301,7 @@ unsafe impl CpuLocal for LinuxCpus {
     /// is what excludes, so no migration is needed.
     fn on_each_cpu(&self, f: &(dyn Fn(usize) + Sync)) -> usize {
         for id in 0..self.nr {
-            let mut spins = 0u32;
-            let _g = loop {
-                if let Some(g) = self.try_pin_id(id) {
-                    break g;
-                }
-                spins += 1;
-                if spins < 64 {
-                    core::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            };
+            let _g = spin_until(|| self.try_pin_id(id));
             f(id);
         }
         self.nr

@@ -16,7 +16,10 @@
 //! The lock break itself is the OS's: a [`LockBreak`] hook (its
 //! `cond_resched`, or dropping and retaking the page-table lock) that the
 //! walker calls after it has finished the gather, so no freed page is held
-//! across the break and no stale TLB entry outlives it.
+//! across the break and no stale TLB entry outlives it; a gather kept open
+//! across breaks ([`Gather::across_breaks`](crate::Gather::across_breaks),
+//! for a caller that owns the range) is finished there only when it holds
+//! a table whose span reaches outside the range.
 
 mod address;
 mod unbounded;
@@ -43,7 +46,9 @@ pub struct BreakInfo {
 }
 
 /// The OS's lock-break point (`cond_resched`), called with the gather
-/// finished: every page cleared so far is flushed from the TLB and freed.
+/// finished: every page cleared so far is flushed from the TLB and freed
+/// (unless the gather stays open across breaks: then they wait, held, for
+/// a later flush).
 pub trait LockBreak {
     /// Reschedule, or drop and retake locks. The walker re-descends from the
     /// root afterwards, so the tables may have changed meanwhile.
@@ -103,7 +108,11 @@ pub trait ZapBudget {
     fn break_after_block(&self) -> bool {
         self.exhausted()
     }
-    /// Calls the OS hook and refills the budget. The gather is finished.
+    /// Calls the OS hook and refills the budget. The gather is finished,
+    /// unless it stays open across breaks
+    /// ([`Gather::across_breaks`](crate::Gather::across_breaks)): then
+    /// what it holds is flushed and freed later, and no entry of the zap's
+    /// range may be mapped meanwhile.
     fn lock_break(&mut self, info: &BreakInfo);
 }
 

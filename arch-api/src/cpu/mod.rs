@@ -92,6 +92,9 @@
 /// must only be claimed when no two threads of execution can run the
 /// allocator on the same CPU id at once (other than an interrupt nesting on
 /// that CPU), because the CPU-local DW-CAS is not atomic against other CPUs.
+/// [`on_each_cpu`](Self::on_each_cpu) may call `f(id)` only with CPU `id`'s
+/// exclusive use, as [`pin`](Self::pin)'s guard gives it: the function
+/// changes that CPU's per-CPU state.
 pub unsafe trait CpuLocal: Sync {
     /// Whether only the owning CPU ever writes its per-CPU state (selects the
     /// CPU-local DW-CAS flavour).

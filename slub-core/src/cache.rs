@@ -446,7 +446,9 @@ impl<K: Platform> KmemCache<K> {
     /// [`on_each_cpu`](crate::CpuLocal::on_each_cpu) reaches (Linux's
     /// `flush_all`; the calling CPU's only, with a backend that keeps the
     /// default), then returns every empty slab on the node partial list to
-    /// the platform's memory. Returns how many slabs were returned.
+    /// the platform's memory. Returns how many slabs fewer the cache holds
+    /// afterwards: those the flushes freed and those the node list gave
+    /// back (a slab another CPU takes meanwhile counts against it).
     ///
     /// Not from a pinned section or an interrupt handler: the flush of
     /// another CPU may wait for that CPU.
@@ -458,10 +460,12 @@ impl<K: Platform> KmemCache<K> {
         if self.is_destroyed() {
             return 0;
         }
+        let before = self.slabs.nr_slabs();
         self.drain_nolock_frees();
         self.slabs.cpus().on_each_cpu(&|cpu| self.flush_cpu(cpu));
         self.sheaves.flush_barn(&self.slabs);
-        self.slabs.discard_empty_partials()
+        self.slabs.discard_empty_partials();
+        before.saturating_sub(self.slabs.nr_slabs())
     }
 
     /// `kmem_cache_destroy`. With objects still allocated it fails with

@@ -180,6 +180,18 @@ impl<K: Platform> Kmalloc<K> {
         &self.caches
     }
 
+    /// [`KmemCache::shrink`] on every class (each flushes every CPU its
+    /// backend's [`on_each_cpu`](crate::CpuLocal::on_each_cpu) reaches):
+    /// how many slabs went back to the platform's memory. What an OS calls
+    /// under memory pressure; not from a pinned section or an interrupt
+    /// handler.
+    pub fn shrink(&self) -> usize
+    where
+        KmemCache<K>: Sync,
+    {
+        self.caches.iter().map(|c| c.shrink()).sum()
+    }
+
     /// Bytes of large allocations outstanding.
     pub fn large_bytes(&self) -> usize {
         self.large_bytes.load(Ordering::Relaxed)

@@ -6,7 +6,7 @@
 
 use arch_api::{HostedCpus, PhysArena};
 use slub_core::testing::HostedPlatform;
-use slub_core::{ArenaPages, CacheConfig, CacheFlags, CpuLocal, KmemCache, ThreadCpus};
+use slub_core::{ArenaPages, CacheConfig, CacheFlags, CpuLocal, Kmalloc, KmemCache, ThreadCpus};
 use std::ptr::NonNull;
 
 /// A cache of 64-byte objects, 8 per slab, on `cpus`.
@@ -152,6 +152,44 @@ fn shrink_flushes_every_declared_cpu() {
             });
         });
         assert_eq!(c.nr_slabs(), 0, "{flags:?}: a CPU was not flushed");
+    }
+    assert_eq!(a.frames_in_use(), 0);
+}
+
+/// `Kmalloc::shrink`: every class, every CPU.
+#[test]
+fn kmalloc_shrink_empties_every_class_on_every_cpu() {
+    use std::alloc::Layout;
+    let a = PhysArena::new(64 << 20, 4096).unwrap();
+    let pages = ArenaPages::new(&a);
+    let cpus = HostedCpus::new(2);
+    for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
+        let km =
+            Kmalloc::<HostedPlatform<&ArenaPages, &HostedCpus>>::new(&pages, &cpus, flags).unwrap();
+        std::thread::scope(|s| {
+            for cpu in 0..2 {
+                let km = &km;
+                s.spawn(move || {
+                    HostedCpus::run_on(cpu);
+                    let objs: Vec<_> = [8usize, 64, 500, 4096]
+                        .iter()
+                        .flat_map(|&size| (0..40).map(move |_| size))
+                        .map(|size| {
+                            let l = Layout::from_size_align(size, 8).unwrap();
+                            (km.alloc(l).unwrap(), l)
+                        })
+                        .collect();
+                    for (p, l) in objs {
+                        // SAFETY: allocated just now with `l`, freed once.
+                        unsafe { km.free(p, l) }.unwrap();
+                    }
+                });
+            }
+        });
+        let held: usize = km.caches().iter().map(|c| c.nr_slabs()).sum();
+        assert!(held > 0);
+        assert_eq!(km.shrink(), held, "{flags:?}");
+        assert!(km.caches().iter().all(|c| c.nr_slabs() == 0), "{flags:?}");
     }
     assert_eq!(a.frames_in_use(), 0);
 }

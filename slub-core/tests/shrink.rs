@@ -123,6 +123,20 @@ fn shrink_leaves_a_live_threads_slot_alone() {
     assert_eq!(c.nr_slabs(), 0);
 }
 
+/// Runs `f(cpu)` on `n` threads at once, thread `cpu` declared on
+/// `HostedCpus` CPU `cpu`.
+fn on_declared_cpus(n: usize, f: impl Fn(usize) + Sync) {
+    std::thread::scope(|s| {
+        for cpu in 0..n {
+            let f = &f;
+            s.spawn(move || {
+                HostedCpus::run_on(cpu);
+                f(cpu)
+            });
+        }
+    });
+}
+
 /// `HostedCpus`: every declared CPU is reached under its lock, whichever
 /// CPU the shrinking thread declared.
 #[test]
@@ -133,16 +147,10 @@ fn shrink_flushes_every_declared_cpu() {
     for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
         let c = cache(&pages, &cpus, flags);
         let n = c.objects_per_slab();
-        std::thread::scope(|s| {
-            for cpu in 0..4 {
-                let c = &c;
-                s.spawn(move || {
-                    HostedCpus::run_on(cpu);
-                    let objs = alloc_n(c, 2 * n + 1);
-                    // SAFETY: allocated just now, each freed once.
-                    unsafe { free_all(c, &objs) };
-                });
-            }
+        on_declared_cpus(4, |_| {
+            let objs = alloc_n(&c, 2 * n + 1);
+            // SAFETY: allocated just now, each freed once.
+            unsafe { free_all(&c, &objs) };
         });
         assert!(c.nr_slabs() > 0);
         std::thread::scope(|s| {
@@ -166,24 +174,18 @@ fn kmalloc_shrink_empties_every_class_on_every_cpu() {
     for flags in [CacheFlags::empty(), CacheFlags::SHEAVES] {
         let km =
             Kmalloc::<HostedPlatform<&ArenaPages, &HostedCpus>>::new(&pages, &cpus, flags).unwrap();
-        std::thread::scope(|s| {
-            for cpu in 0..2 {
-                let km = &km;
-                s.spawn(move || {
-                    HostedCpus::run_on(cpu);
-                    let objs: Vec<_> = [8usize, 64, 500, 4096]
-                        .iter()
-                        .flat_map(|&size| (0..40).map(move |_| size))
-                        .map(|size| {
-                            let l = Layout::from_size_align(size, 8).unwrap();
-                            (km.alloc(l).unwrap(), l)
-                        })
-                        .collect();
-                    for (p, l) in objs {
-                        // SAFETY: allocated just now with `l`, freed once.
-                        unsafe { km.free(p, l) }.unwrap();
-                    }
-                });
+        on_declared_cpus(2, |_| {
+            let objs: Vec<_> = [8usize, 64, 500, 4096]
+                .iter()
+                .flat_map(|&size| (0..40).map(move |_| size))
+                .map(|size| {
+                    let l = Layout::from_size_align(size, 8).unwrap();
+                    (km.alloc(l).unwrap(), l)
+                })
+                .collect();
+            for (p, l) in objs {
+                // SAFETY: allocated just now with `l`, freed once.
+                unsafe { km.free(p, l) }.unwrap();
             }
         });
         let held: usize = km.caches().iter().map(|c| c.nr_slabs()).sum();

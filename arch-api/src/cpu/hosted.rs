@@ -137,4 +137,23 @@ mod tests {
             .join()
             .unwrap();
     }
+
+    #[test]
+    fn on_each_cpu_holds_each_cpus_lock_in_turn() {
+        let cpus = HostedCpus::new(3);
+        HostedCpus::run_on(1);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let ran = cpus.on_each_cpu(&|id| {
+            assert!(cpus.locks[id].load(Ordering::Relaxed), "CPU {id} not held");
+            let held = cpus
+                .locks
+                .iter()
+                .filter(|l| l.load(Ordering::Relaxed))
+                .count();
+            assert_eq!(held, 1, "one CPU at a time");
+            seen.lock().unwrap().push(id);
+        });
+        assert_eq!((ran, seen.into_inner().unwrap()), (3, std::vec![0, 1, 2]));
+        assert!(cpus.locks.iter().all(|l| !l.load(Ordering::Relaxed)));
+    }
 }

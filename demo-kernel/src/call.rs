@@ -2,7 +2,7 @@
 //! of an IPI, and waits for all (Linux's `smp_call_function_many` with
 //! `wait`, what `kmem_cache_shrink`'s `flush_all` needs: a CPU's slab state
 //! is flushed on that CPU). Shared by both ports; each sends its own IPI
-//! (`irq::send_call`: a fixed-vector IPI through the x86 local APIC, an
+//! (`call_ipi::send`: a fixed-vector IPI through the x86 local APIC, an
 //! SGI through the aarch64 GIC) and calls [`serve`] from its handler.
 //!
 //! Mailboxes, no lock: sender `s` publishes a pointer to its function in
@@ -15,9 +15,9 @@
 //! meanwhile, another sender's call included) and must not be called with
 //! them masked: it would wait for CPUs that may be waiting for it.
 
-use super::irq;
 use super::irq_lock::IrqGuard;
 use super::percpu::{self, MAX_CPUS};
+use super::{call_ipi, irq};
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// The function a call runs, as a sender keeps it on its stack.
@@ -49,7 +49,7 @@ pub fn on_each_cpu(f: &(dyn Fn(usize) + Sync)) -> usize {
         for t in (0..online).filter(|&t| t != me) {
             // Release: the target that sees the bit sees `FUNC[me]`.
             PENDING[t].fetch_or(1 << me, Ordering::Release);
-            irq::send_call(t);
+            call_ipi::send(t);
         }
     }
     {
@@ -60,7 +60,7 @@ pub fn on_each_cpu(f: &(dyn Fn(usize) + Sync)) -> usize {
     for t in (0..online).filter(|&t| t != me) {
         // Acquire: the target's call returned before it cleared the bit.
         while PENDING[t].load(Ordering::Acquire) & (1 << me) != 0 {
-            if super::cycles() - t0 > irq::CALL_TIMEOUT {
+            if super::cycles() - t0 > call_ipi::TIMEOUT {
                 crate::kernel::kprint!(
                     "check failed: on_each_cpu: CPU {t} did not run CPU {me}'s call\n"
                 );

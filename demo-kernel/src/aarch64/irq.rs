@@ -46,17 +46,3 @@ pub fn enabled() -> bool {
     unsafe { asm!("mrs {d}, daif", d = out(reg) daif, options(nomem, nostack)) };
     daif & (1 << 7) == 0
 }
-
-/// The SGI of `on_each_cpu`'s calls (`../call.rs`).
-pub const CALL_SGI: u32 = 1;
-/// How long a call's sender waits (counter ticks: 62.5 MHz on qemu
-/// `virt`, so seconds).
-pub const CALL_TIMEOUT: u64 = 1_000_000_000;
-
-/// Sends the call SGI to CPU `cpu`.
-pub fn send_call(cpu: usize) {
-    let target = super::percpu::AREAS[cpu]
-        .gic_target
-        .load(core::sync::atomic::Ordering::Relaxed);
-    super::gic::send_sgi(target, CALL_SGI);
-}

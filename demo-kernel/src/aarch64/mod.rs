@@ -6,7 +6,7 @@
 //! `percpu.rs` is the per-CPU area behind `TPIDR_EL1` (the kernel's
 //! `CpuLocal`), `irq.rs` the IRQ mask and the IRQ-safe spinlock, `dtb.rs`
 //! reads the CPUs and the PSCI conduit from the DTB, `smp.rs` starts the
-//! secondaries, `../call.rs` runs `on_each_cpu` through a GIC SGI.
+//! secondaries, `../call.rs` runs `on_each_cpu` through a GIC SGI (`call_ipi.rs`).
 //! The arch-module contract is in `main.rs`.
 //!
 //! Architecture rules are cited from the Arm ARM, DDI 0487 M.a (section
@@ -15,6 +15,7 @@
 mod boot;
 #[path = "../call.rs"]
 mod call;
+mod call_ipi;
 mod dtb;
 mod gic;
 mod irq;

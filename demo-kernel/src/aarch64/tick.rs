@@ -48,7 +48,7 @@ pub fn init_global() {
 pub fn start_this_cpu() {
     let me = percpu::this_cpu();
     me.gic_target
-        .store(gic::init_cpu(VTIMER_PPI, super::irq::CALL_SGI), Relaxed);
+        .store(gic::init_cpu(VTIMER_PPI, super::call_ipi::SGI), Relaxed);
     arm_timer();
     super::irq::enable();
 }
@@ -68,7 +68,7 @@ pub(super) extern "C" fn handle_irq() {
         let (done, bad) = crate::kernel::tick_batch::run(me.id);
         me.irq_bad.fetch_add(bad, Relaxed);
         me.irq_allocs.fetch_add(done, Relaxed);
-    } else if id == super::irq::CALL_SGI {
+    } else if id == super::call_ipi::SGI {
         super::call::serve();
     }
     gic::end(iar);

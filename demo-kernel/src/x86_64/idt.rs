@@ -133,7 +133,7 @@ pub fn init() {
         interrupt_gate(demo_irq_timer as *const () as u64, 0);
     gates[super::shootdown::SHOOTDOWN_VECTOR as usize] =
         interrupt_gate(demo_irq_shootdown as *const () as u64, 0);
-    gates[super::irq::CALL_VECTOR as usize] = interrupt_gate(demo_irq_call as *const () as u64, 0);
+    gates[super::call_ipi::VECTOR as usize] = interrupt_gate(demo_irq_call as *const () as u64, 0);
     gates[super::apic::SPURIOUS_VECTOR as usize] =
         interrupt_gate(demo_irq_spurious as *const () as u64, 0);
     load();

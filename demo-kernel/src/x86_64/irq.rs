@@ -55,23 +55,3 @@ pub fn enable() {
 pub fn while_spinning() {
     super::shootdown::poll();
 }
-
-/// The call IPI's vector (`../call.rs`), one above the shootdown's.
-pub const CALL_VECTOR: u32 = 0x42;
-/// How long a call's sender waits (TSC ticks: seconds at a few GHz).
-pub const CALL_TIMEOUT: u64 = 10_000_000_000;
-
-/// Sends the call IPI to CPU `cpu` (IF clear: the ICR is written in two
-/// steps).
-pub fn send_call(cpu: usize) {
-    let apic_id = super::percpu::AREAS[cpu]
-        .apic_id
-        .load(core::sync::atomic::Ordering::Relaxed);
-    super::apic::send(apic_id as u32, super::shootdown::ICR_FIXED | CALL_VECTOR);
-}
-
-/// The Rust side of the call vector (`irq_entry.rs`), IF clear.
-pub(super) extern "C" fn handle_call() {
-    super::call::serve();
-    super::apic::eoi();
-}

@@ -85,7 +85,7 @@ demo_irq_common:
     "#,
     tick = sym super::tick::handle_tick,
     shootdown = sym super::shootdown::handle_ipi,
-    call = sym super::irq::handle_call,
+    call = sym super::call_ipi::handle,
 );
 
 unsafe extern "C" {

@@ -30,7 +30,7 @@
 //! `IrqSpinLock`), `apic.rs` (xAPIC), `smp.rs` (INIT–SIPI–SIPI, trampoline,
 //! `run_on_all`), `irq_entry.rs` (interrupt stubs), `tick.rs` (APIC timer),
 //! `shootdown.rs` (the TLB shootdown IPI), `../call.rs` (`on_each_cpu`'s
-//! mailboxes, shared with aarch64), `tlb.rs` (counted `X86Tlb`),
+//! mailboxes, shared with aarch64) and `call_ipi.rs` (its IPI), `tlb.rs` (counted `X86Tlb`),
 //! `tlb_check.rs` (its boot self-test), `serial.rs`, `exit.rs`, `port.rs`.
 //!
 //! Manual citations ("SDM") are to the Intel 64 and IA-32 Architectures
@@ -45,6 +45,7 @@ mod apic;
 mod boot;
 #[path = "../call.rs"]
 mod call;
+mod call_ipi;
 mod exit;
 mod gdt;
 mod idt;

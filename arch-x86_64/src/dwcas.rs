@@ -28,12 +28,17 @@
 //!
 //! Rust's inline asm cannot name RBX as an operand (LLVM reserves it), so the
 //! low word of the new value travels in a scratch register and is swapped into
-//! RBX around the instruction (`xchg {tmp}, rbx` … `mov rbx, {tmp}`), as the
-//! `portable-atomic` crate does. The cell pointer is pinned to RDI: the
-//! register allocator *may* hand RBX to a `reg` operand, and a pointer in RBX
-//! would be overwritten by the swap (an optimised build did exactly that
-//! before the pin; `rbx_survives_the_swap` and the conformance tests crash in
-//! `--release` if it comes back).
+//! RBX around the instruction (`xchg r11, rbx` … `mov rbx, r11`), as the
+//! `portable-atomic` crate does. Every operand is pinned: the register
+//! allocator *may* hand RBX to a `reg` operand, and a pointer in RBX would be
+//! overwritten by the swap (an optimised build did exactly that before the
+//! cell pointer was pinned; `rbx_survives_the_swap` and the
+//! conformance tests crash in `--release` if it comes back). The scratch word
+//! and the pointer to R11 and R10, caller-saved registers no argument uses:
+//! a `reg` operand given RBX made every function holding a CAS save and
+//! restore RBX, and a pointer in RDI (the first argument) made it keep
+//! `self` in a saved register, stack stores on the tid front's remote free
+//! (BENCHMARKS.md, session 28).
 //!
 //! Under `cfg(miri)` (no inline asm) and `cfg(kmm_loom)` (no real 128-bit atomics
 //! in the model) both flavours go through [`DwCell::locked_compare_exchange`].
@@ -111,19 +116,18 @@ mod hw {
         new: DoubleWord,
     ) -> DoubleWord {
         let (lo, hi): (u64, u64);
-        // SAFETY: the caller guarantees `ptr`. It is in RDI, never RBX, so the
-        // swap cannot clobber it; `tmp` may itself be RBX (then the swap is a
-        // no-op and LLVM already treats RBX as clobbered). RBX is restored before
+        // SAFETY: the caller guarantees `ptr`. It is in R10 and the new low
+        // word in R11, never RBX, so the swap clobbers neither. RBX is restored before
         // the block ends; flags are clobbered (no `preserves_flags`); no stack use. The
         // block is a compiler memory barrier (no `nomem`), matching the
         // hardware full barrier of a locked instruction.
         unsafe {
             asm!(
-                "xchg {tmp}, rbx",
-                "lock cmpxchg16b xmmword ptr [rdi]",
-                "mov rbx, {tmp}",
-                in("rdi") ptr,
-                tmp = inout(reg) new.lo => _,
+                "xchg r11, rbx",
+                "lock cmpxchg16b xmmword ptr [r10]",
+                "mov rbx, r11",
+                in("r10") ptr,
+                inout("r11") new.lo => _,
                 in("rcx") new.hi,
                 inout("rax") current.lo => lo,
                 inout("rdx") current.hi => hi,
@@ -148,11 +152,11 @@ mod hw {
         // SAFETY: as in `lock_cmpxchg16b`; only the LOCK prefix differs.
         unsafe {
             asm!(
-                "xchg {tmp}, rbx",
-                "cmpxchg16b xmmword ptr [rdi]",
-                "mov rbx, {tmp}",
-                in("rdi") ptr,
-                tmp = inout(reg) new.lo => _,
+                "xchg r11, rbx",
+                "cmpxchg16b xmmword ptr [r10]",
+                "mov rbx, r11",
+                in("r10") ptr,
+                inout("r11") new.lo => _,
                 in("rcx") new.hi,
                 inout("rax") current.lo => lo,
                 inout("rdx") current.hi => hi,

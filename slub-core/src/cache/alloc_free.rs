@@ -15,6 +15,17 @@ use arch_api::Platform;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
+/// Where [`KmemCache::free_at`] goes after the inlined checks.
+#[cfg_attr(feature = "debug", allow(dead_code))]
+enum Route {
+    /// Freed inline (the sheaves front's leaf).
+    Done,
+    /// The tid front's free, out of line: it answers, falling back itself.
+    Tid,
+    /// The checked slow path.
+    Slow,
+}
+
 impl<K: Platform> KmemCache<K> {
     /// `kmem_cache_alloc`: one object, or an error (out of memory, a detected
     /// freelist corruption, a destroyed cache). Never panics.
@@ -158,9 +169,8 @@ impl<K: Platform> KmemCache<K> {
     /// read).
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        // As `alloc`: an inlined leaf that only succeeds (or, on the tid
-        // front, hands an object of another slab to that slab, out of
-        // line), then one call.
+        // As `alloc`: an inlined leaf that only succeeds, then one call (on
+        // the tid front, to its whole free, which falls back itself).
         // SAFETY: the caller's contract; the cache's own lines.
         unsafe { self.free_at(ptr, || self.sheaves.heads()) }
     }
@@ -179,38 +189,37 @@ impl<K: Platform> KmemCache<K> {
         let p = ptr.as_ptr() as usize;
         // SAFETY: the caller's contract.
         match unsafe { self.free_fast(p, at) } {
-            Some(done) => done,
+            Route::Done => Ok(()),
             // SAFETY: the caller's contract.
-            None => unsafe { self.free_slow_call(ptr) },
+            Route::Tid => unsafe { self.tid_free(ptr) },
+            // SAFETY: the caller's contract.
+            Route::Slow => unsafe { self.free_slow_call(ptr) },
         }
     }
 
     /// One try of the front's fast free, with every check of
-    /// [`free_slow`](Self::free_slow) before it frees: `None` (destroyed,
+    /// [`free_slow`](Self::free_slow) before it frees: `Slow` (destroyed,
     /// not an object boundary, a suspected double free, a full sheaf, a
     /// lost CAS, …) sends the caller there, which starts over and reports
-    /// the error if any; the tid front's free to another slab answers
-    /// here.
+    /// the error if any; `Tid` sends it to [`tid_free`](Self::tid_free),
+    /// the tid front's whole free out of line.
     ///
     /// # Safety
     /// As [`alloc_at`](Self::alloc_at).
     #[cfg(not(feature = "debug"))]
     #[inline(always)]
-    unsafe fn free_fast(
-        &self,
-        p: usize,
-        at: impl FnOnce() -> Heads,
-    ) -> Option<Result<(), FreeError>> {
+    unsafe fn free_fast(&self, p: usize, at: impl FnOnce() -> Heads) -> Route {
         let mode = self.mode.load(Ordering::Relaxed);
         if mode == MODE_DESTROYED || !self.slabs.geo().is_object_in_own_slab(p) {
-            return None;
+            return Route::Slow;
         }
-        if mode == MODE_SHEAVES {
-            // SAFETY: the caller's contract.
-            let done = unsafe { self.sheaves.free_fast(&self.slabs, p, at()) };
-            (done == FastFree::Done).then_some(Ok(()))
-        } else {
-            self.tid_free_fast(p)
+        if mode != MODE_SHEAVES {
+            return Route::Tid;
+        }
+        // SAFETY: the caller's contract.
+        match unsafe { self.sheaves.free_fast(&self.slabs, p, at()) } {
+            FastFree::Done => Route::Done,
+            _ => Route::Slow,
         }
     }
 
@@ -241,35 +250,44 @@ impl<K: Platform> KmemCache<K> {
         false
     }
 
-    /// The tid front's fast free, out of line as
-    /// [`tid_alloc_fast`](Self::tid_alloc_fast); an object of another slab
-    /// than the CPU's joins the CPU's detached freelist in the same call,
-    /// or, on a backend whose per-CPU CAS is the SMP one, goes straight to
-    /// its slab.
+    /// The tid front's free, out of line as
+    /// [`tid_alloc_fast`](Self::tid_alloc_fast): the fast try and, when it
+    /// does not answer, the slow path, so that every call here is in tail
+    /// position and neither this function nor the inlined caller keeps
+    /// anything across a call. A remote free is then one call deep and
+    /// saves no registers: each store besides the object's free pointer
+    /// delays the frees in flight behind that miss (BENCHMARKS.md, sessions
+    /// 27-28). An object of another slab than the CPU's joins the CPU's
+    /// detached freelist, or, on a backend whose per-CPU CAS is the SMP
+    /// one, goes straight to its slab.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
     #[inline(never)]
     #[cfg_attr(feature = "debug", allow(dead_code))]
-    fn tid_free_fast(&self, p: usize) -> Option<Result<(), FreeError>> {
+    unsafe fn tid_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let p = ptr.as_ptr() as usize;
         match self.tid.free_fast(&self.slabs, p) {
-            FastFree::Done => Some(Ok(())),
+            FastFree::Done => Ok(()),
             FastFree::ToSlab(_) if !self.tid.detaches() => {
-                Some(if self.slabs.try_free_to_slab(p) {
+                if self.slabs.try_free_to_slab(p) {
                     Ok(())
                 } else {
                     self.tid_free_to_slab(p)
-                })
+                }
             }
             FastFree::ToSlab(cpu) => match self.tid.detach_fast(&self.slabs, cpu, p) {
-                Detach::Done => Some(Ok(())),
+                Detach::Done => Ok(()),
                 // `p` is freed; the chain it ended is given back out of
                 // line. A chain a double free corrupted stays in use, and
                 // the error is this free's to report (the object was
                 // freed twice, if not this one).
-                Detach::Flush(head, n) => {
-                    Some(self.tid.give_back_detached(&self.slabs, head, n, None))
-                }
-                Detach::Slow => None,
+                Detach::Flush(head, n) => self.tid.give_back_detached(&self.slabs, head, n, None),
+                // SAFETY: the caller's contract.
+                Detach::Slow => unsafe { self.free_slow_call(ptr) },
             },
-            FastFree::Slow => None,
+            // SAFETY: the caller's contract.
+            FastFree::Slow => unsafe { self.free_slow_call(ptr) },
         }
     }
 
@@ -286,13 +304,9 @@ impl<K: Platform> KmemCache<K> {
     /// poison).
     #[cfg(feature = "debug")]
     #[inline(always)]
-    unsafe fn free_fast(
-        &self,
-        p: usize,
-        at: impl FnOnce() -> Heads,
-    ) -> Option<Result<(), FreeError>> {
+    unsafe fn free_fast(&self, p: usize, at: impl FnOnce() -> Heads) -> Route {
         let _ = (p, at);
-        None
+        Route::Slow
     }
 
     /// Out-of-line [`free_slow`](Self::free_slow).

@@ -14,7 +14,7 @@
 //! thread is held on a CPU of its own when there are enough (two threads
 //! the scheduler put on one CPU took turns, a time slice each), and
 //! [`remote_free_rounds`] runs the allocators in turn, round after round,
-//! so that no allocator always runs first.
+//! in orders where each runs right after each other equally often.
 //!
 //! Besides the wall time per object, each side's own time is reported: the
 //! consumers' time inside their batches of frees (the remote free itself)
@@ -161,9 +161,42 @@ pub(super) fn remote_free(
     }
 }
 
-/// The medians of `repeat` runs of each allocator that can free remotely,
-/// run in turn (round `r` starts at allocator `r`), so that position in
-/// the process favours none. `None` where an allocator cannot.
+/// Round `r`'s order of `m` allocators: row `r` of a Williams square
+/// (for odd `m`, each row followed by its reverse), in which every
+/// allocator runs right after every other equally often over [`rows`]
+/// rounds. A fixed rotation (round `r` starts at allocator `r`) keeps the
+/// cycle: with slub, sheaves, mimalloc and glibc, slub ran right after
+/// glibc (whose remote frees take 250 ns and leave the next run slower)
+/// in three rounds of five, mimalloc in none (BENCHMARKS.md, session 28).
+fn round_order(m: usize, r: usize) -> Vec<usize> {
+    if m == 0 {
+        return Vec::new();
+    }
+    // 0, 1, m-1, 2, m-2, …: consecutive differences are all distinct mod m.
+    let first = (0..m).map(|j| {
+        if j % 2 == 1 {
+            j.div_ceil(2)
+        } else {
+            (m - j / 2) % m
+        }
+    });
+    let row = (r / (rows(m) / m)) % m;
+    let mut order: Vec<usize> = first.map(|x| (x + row) % m).collect();
+    if m % 2 == 1 && r % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// Rounds in a full Williams square of `m` allocators.
+fn rows(m: usize) -> usize {
+    if m % 2 == 0 { m } else { 2 * m }
+}
+
+/// The medians of at least `repeat` runs of each allocator that can free
+/// remotely, a whole number of Williams squares ([`round_order`]), so that
+/// which allocator ran before favours none. `None` where an allocator
+/// cannot.
 pub(super) fn remote_free_rounds(
     benches: &[&dyn Bench],
     l: Layout,
@@ -173,12 +206,14 @@ pub(super) fn remote_free_rounds(
     repeat: usize,
 ) -> Vec<Option<RemoteFree>> {
     let mut runs: Vec<Vec<RemoteFree>> = vec![Vec::new(); benches.len()];
-    for r in 0..repeat {
-        for k in 0..benches.len() {
-            let i = (r + k) % benches.len();
-            if benches[i].remote_ok() {
-                runs[i].push(remote_free(benches[i], l, n, loops, threads));
-            }
+    let able: Vec<usize> = (0..benches.len())
+        .filter(|&i| benches[i].remote_ok())
+        .collect();
+    let m = able.len().max(1);
+    for r in 0..repeat.div_ceil(rows(m)) * rows(m) {
+        for k in round_order(able.len(), r) {
+            let i = able[k];
+            runs[i].push(remote_free(benches[i], l, n, loops, threads));
         }
     }
     runs.into_iter()
@@ -230,15 +265,38 @@ mod tests {
     }
 
     #[test]
+    fn each_allocator_follows_each_other_equally_often() {
+        for m in 1..=6 {
+            let mut after = vec![vec![0; m]; m];
+            for r in 0..rows(m) {
+                let o = round_order(m, r);
+                let mut seen = o.clone();
+                seen.sort();
+                assert_eq!(seen, (0..m).collect::<Vec<_>>(), "m {m} round {r}");
+                for w in o.windows(2) {
+                    after[w[1]][w[0]] += 1;
+                }
+            }
+            let per = if m % 2 == 0 { 1 } else { 2 };
+            for (a, row) in after.iter().enumerate() {
+                for (b, &c) in row.iter().enumerate() {
+                    assert_eq!(c, if a == b { 0 } else { per }, "m {m}: {a} after {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn rounds_give_one_median_per_allocator() {
         let l = Layout::from_size_align(64, 8).unwrap();
         let a = Counting(AtomicIsize::new(0), AtomicUsize::new(0));
         let b = Counting(AtomicIsize::new(0), AtomicUsize::new(0));
         let m = remote_free_rounds(&[&a, &b], l, 8, 64, 2, 3);
         assert!(m.iter().all(|x| x.is_some_and(|x| x.wall > 0.0)));
-        // 3 rounds of 8 batches of 8, each.
-        assert_eq!(a.1.load(Ordering::Relaxed), 3 * 64);
-        assert_eq!(b.1.load(Ordering::Relaxed), 3 * 64);
+        // 3 rounds rounded up to a whole square of two (4), of 8 batches
+        // of 8, each.
+        assert_eq!(a.1.load(Ordering::Relaxed), 4 * 64);
+        assert_eq!(b.1.load(Ordering::Relaxed), 4 * 64);
         assert_eq!(a.0.load(Ordering::Relaxed) + b.0.load(Ordering::Relaxed), 0);
     }
 }

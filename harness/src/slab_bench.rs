@@ -507,9 +507,10 @@ pub fn kmem_bench(common: &Common, a: &KmemBenchArgs) -> i32 {
             (Some((median(on), median(at))), Some(median(off)))
         });
         let mut r = json!({"allocator": name(w), "fastpath_reuse_ns": fr, "n_pattern_ns": np,
-            "remote_free_ns": rf.map(|r| r.wall),
-            "remote_free_producer_ns": rf.map(|r| r.producer),
-            "remote_free_consumer_ns": rf.map(|r| r.consumer),
+            "remote_free_ns": rf.as_ref().map(|r| r.median.wall),
+            "remote_free_producer_ns": rf.as_ref().map(|r| r.median.producer),
+            "remote_free_consumer_ns": rf.as_ref().map(|r| r.median.consumer),
+            "remote_free_runs_ns": rf.as_ref().map(|r| &r.walls),
             "bulk64_ns": bulk, "single64_ns": single,
             "bulk_ratio": bulk.zip(single).map(|(b, s)| b / s),
             "nolock_pair_ns": nolock, "cache_pair_ns": fast,

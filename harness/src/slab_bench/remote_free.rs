@@ -193,6 +193,15 @@ fn rows(m: usize) -> usize {
     if m % 2 == 0 { m } else { 2 * m }
 }
 
+/// One allocator's rounds: the medians, and every run's wall time in the
+/// order run (JSON `remote_free_runs_ns`, so that a reader sees the spread
+/// the median hides).
+#[derive(Clone, Debug)]
+pub(super) struct Rounds {
+    pub median: RemoteFree,
+    pub walls: Vec<f64>,
+}
+
 /// The medians of at least `repeat` runs of each allocator that can free
 /// remotely, a whole number of Williams squares ([`round_order`]), so that
 /// which allocator ran before favours none. `None` where an allocator
@@ -204,7 +213,7 @@ pub(super) fn remote_free_rounds(
     loops: usize,
     threads: usize,
     repeat: usize,
-) -> Vec<Option<RemoteFree>> {
+) -> Vec<Option<Rounds>> {
     let mut runs: Vec<Vec<RemoteFree>> = vec![Vec::new(); benches.len()];
     let able: Vec<usize> = (0..benches.len())
         .filter(|&i| benches[i].remote_ok())
@@ -219,10 +228,13 @@ pub(super) fn remote_free_rounds(
     runs.into_iter()
         .map(|v| {
             let m = |f: fn(&RemoteFree) -> f64| median(v.iter().map(f).collect());
-            (!v.is_empty()).then(|| RemoteFree {
-                wall: m(|r| r.wall),
-                producer: m(|r| r.producer),
-                consumer: m(|r| r.consumer),
+            (!v.is_empty()).then(|| Rounds {
+                median: RemoteFree {
+                    wall: m(|r| r.wall),
+                    producer: m(|r| r.producer),
+                    consumer: m(|r| r.consumer),
+                },
+                walls: v.iter().map(|r| r.wall).collect(),
             })
         })
         .collect()
@@ -292,7 +304,10 @@ mod tests {
         let a = Counting(AtomicIsize::new(0), AtomicUsize::new(0));
         let b = Counting(AtomicIsize::new(0), AtomicUsize::new(0));
         let m = remote_free_rounds(&[&a, &b], l, 8, 64, 2, 3);
-        assert!(m.iter().all(|x| x.is_some_and(|x| x.wall > 0.0)));
+        assert!(m.iter().all(|x| {
+            x.as_ref()
+                .is_some_and(|x| x.median.wall > 0.0 && x.walls.len() == 4)
+        }));
         // 3 rounds rounded up to a whole square of two (4), of 8 batches
         // of 8, each.
         assert_eq!(a.1.load(Ordering::Relaxed), 4 * 64);

@@ -72,8 +72,9 @@ pub fn story3(rs: &[RunResult]) -> Story {
     };
     let mut k = Table::new(
         format!(
-            "kmem-bench: 256-byte objects, ns per object, {} loops (median of 5)",
-            fmt_count(kmem_json.and_then(|v| num(v, "loops")))
+            "kmem-bench: 256-byte objects, ns per object, {} loops (median of 5; remote free: of {}, in balanced orders)",
+            fmt_count(kmem_json.and_then(|v| num(v, "loops"))),
+            remote_runs(kmem_json)
         ),
         &[
             "allocator",
@@ -214,4 +215,12 @@ pub fn story3(rs: &[RunResult]) -> Story {
         ],
         charts: vec![slab_chart, kmem_chart],
     }
+}
+
+/// How many runs each remote-free median is of (the rounds are whole
+/// Williams squares, so it depends on how many allocators free remotely).
+fn remote_runs(kmem: Option<&Value>) -> String {
+    kmem.and_then(|v| v["results"].as_array())
+        .and_then(|rs| rs.iter().find_map(|r| r["remote_free_runs_ns"].as_array()))
+        .map_or("?".into(), |runs| runs.len().to_string())
 }

@@ -166,8 +166,9 @@ pub(super) fn remote_free(
 /// allocator runs right after every other equally often over [`rows`]
 /// rounds. A fixed rotation (round `r` starts at allocator `r`) keeps the
 /// cycle: with slub, sheaves, mimalloc and glibc, slub ran right after
-/// glibc (whose remote frees take 250 ns and leave the next run slower)
-/// in three rounds of five, mimalloc in none (BENCHMARKS.md, session 28).
+/// glibc (whose remote frees take 110-300 ns) in three rounds of five,
+/// mimalloc in none (BENCHMARKS.md, session 28). No predecessor effect
+/// was seen in the runs logged since, but the orders no longer allow one.
 fn round_order(m: usize, r: usize) -> Vec<usize> {
     if m == 0 {
         return Vec::new();

@@ -34,11 +34,11 @@
 //! overwritten by the swap (an optimised build did exactly that before the
 //! cell pointer was pinned; `rbx_survives_the_swap` and the
 //! conformance tests crash in `--release` if it comes back). The scratch word
-//! and the pointer to R11 and R10, caller-saved registers no argument uses:
-//! a `reg` operand given RBX made every function holding a CAS save and
-//! restore RBX, and a pointer in RDI (the first argument) made it keep
-//! `self` in a saved register, stack stores on the tid front's remote free
-//! (BENCHMARKS.md, session 28).
+//! sits in R11 and the pointer in R10, caller-saved registers that no
+//! argument uses: a `reg` operand given RBX made every function holding a
+//! CAS save and restore RBX, and a pointer in RDI (the first argument) made
+//! it keep `self` in a saved register; both were stack stores on the tid
+//! front's remote free (BENCHMARKS.md, session 28).
 //!
 //! Under `cfg(miri)` (no inline asm) and `cfg(kmm_loom)` (no real 128-bit atomics
 //! in the model) both flavours go through [`DwCell::locked_compare_exchange`].
